@@ -1,0 +1,48 @@
+/**
+ * The Mailroom `/v1` contract: every group, the API-wide errors and the OpenAPI metadata.
+ * Importable by the server, the CLI and tests without pulling in any server code.
+ */
+import { HttpApi, OpenApi } from "@effect/platform"
+import { Wire } from "./contract/Errors.js"
+import { AccountApi } from "./account/Api.js"
+import { ServiceApi } from "./service/Api.js"
+
+/**
+ * HttpApi always declares its built-in `HttpApiDecodeError` (400); the server turns every decode
+ * failure into `validation_error`, so the derived document must not advertise the built-in shape.
+ */
+const dropBuiltinDecodeError = (spec: Record<string, any>): Record<string, any> => {
+  const isBuiltin = (s: any) => s?.$ref === "#/components/schemas/HttpApiDecodeError"
+  for (const item of Object.values<any>(spec.paths ?? {})) {
+    for (const op of Object.values<any>(item)) {
+      const media = op?.responses?.["400"]?.content?.["application/json"]
+      if (!media) continue
+      const anyOf = media.schema?.anyOf
+      if (Array.isArray(anyOf)) {
+        const rest = anyOf.filter((s: any) => !isBuiltin(s))
+        media.schema = rest.length === 1 ? rest[0] : { anyOf: rest }
+      }
+    }
+  }
+  for (const k of ["HttpApiDecodeError", "Issue", "PropertyKey"]) delete spec.components?.schemas?.[k]
+  return spec
+}
+
+export class MailroomApi extends HttpApi.make("mailroom")
+  .add(ServiceApi)
+  .add(AccountApi)
+  .addError(Wire.ValidationError)
+  .addError(Wire.RateLimited)
+  .addError(Wire.InternalError)
+  .prefix("/v1")
+  .annotate(OpenApi.Title, "Mailroom API")
+  .annotate(OpenApi.Version, "1.0.0")
+  .annotate(
+    OpenApi.Description,
+    "Email infrastructure for AI agents. Every success is `{success:true,data,meta?}`; every error is " +
+      "`{success:false,error:{code,message,details?,gates?}}`: branch on `code`. Authenticate with " +
+      "`Authorization: Bearer <credential>` (API key `mr_live_…` or OAuth access token `mr_at_…`); " +
+      "see /auth.md. Every POST accepts `Idempotency-Key`. Responses carry `ratelimit-*` headers."
+  )
+  .annotate(OpenApi.Transform, dropBuiltinDecodeError)
+{}

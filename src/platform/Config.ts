@@ -1,0 +1,123 @@
+/**
+ * Service configuration from the environment (CONTRACT.md "Running"), validated once at start-up.
+ * A bad value fails with a ConfigError naming the variable and what was wrong.
+ */
+import { Config, ConfigError, Context, Duration, Either, Layer, Option, Redacted } from "effect"
+
+export interface AppConfigShape {
+  readonly port: number
+  readonly host: string
+  readonly smtpPort: number
+  readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
+  readonly dataDir: string
+  readonly publicBaseUrl: string
+  readonly managedInboxDomain: string
+  readonly outboundSmtpUrl: Option.Option<Redacted.Redacted<string>>
+  readonly webhookAllowPrivateUrls: boolean
+  readonly deliveryRetryDelays: ReadonlyArray<Duration.Duration>
+  readonly deliveryTimeout: Duration.Duration
+  readonly logLevel: string
+  readonly dnsServer: Option.Option<string>
+}
+
+export class AppConfig extends Context.Tag("mailroom/AppConfig")<AppConfig, AppConfigShape>() {}
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
+
+/** Parses `250ms`, `5s`, `5m`, `2h`, `1d` (a bare number is seconds). */
+export const parseDuration = (raw: string): Either.Either<Duration.Duration, string> => {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$/.exec(raw)
+  if (!m) return Either.left(`"${raw}" is not a duration (use e.g. 500ms, 5s, 5m, 2h)`)
+  const millis = Number(m[1]) * UNITS[m[2] ?? "s"]!
+  return Either.right(Duration.millis(millis))
+}
+
+const duration = (name: string, fallback: string) =>
+  Config.string(name).pipe(
+    Config.withDefault(fallback),
+    Config.mapOrFail((raw) =>
+      Either.mapLeft(parseDuration(raw), (msg) => ConfigError.InvalidData([name], msg))
+    )
+  )
+
+const durations = (name: string, fallback: string) =>
+  Config.string(name).pipe(
+    Config.withDefault(fallback),
+    Config.mapOrFail((raw) => {
+      const parts = raw.split(",").map((s) => s.trim()).filter((s) => s.length > 0)
+      const out: Array<Duration.Duration> = []
+      for (const p of parts) {
+        const d = parseDuration(p)
+        if (Either.isLeft(d)) return Either.left(ConfigError.InvalidData([name], d.left))
+        out.push(d.right)
+      }
+      return Either.right(out)
+    })
+  )
+
+const port = (name: string, fallback: number) =>
+  Config.integer(name).pipe(
+    Config.withDefault(fallback),
+    Config.validate({ message: "must be a port number between 0 and 65535", validation: (n) => n >= 0 && n <= 65535 })
+  )
+
+const url = (name: string, protocols: ReadonlyArray<string>) =>
+  Config.string(name).pipe(
+    Config.mapOrFail((raw) => {
+      try {
+        const u = new URL(raw)
+        if (!protocols.includes(u.protocol)) {
+          return Either.left(ConfigError.InvalidData([name], `must use ${protocols.join(" or ")}, got ${u.protocol}`))
+        }
+        return Either.right(raw.replace(/\/+$/, ""))
+      } catch {
+        return Either.left(ConfigError.InvalidData([name], `"${raw}" is not a URL`))
+      }
+    })
+  )
+
+const bool = (name: string, fallback: boolean) =>
+  Config.string(name).pipe(
+    Config.withDefault(String(fallback)),
+    Config.mapOrFail((raw) => {
+      const v = raw.trim().toLowerCase()
+      if (["true", "1", "yes"].includes(v)) return Either.right(true)
+      if (["false", "0", "no", ""].includes(v)) return Either.right(false)
+      return Either.left(ConfigError.InvalidData([name], `must be true or false, got "${raw}"`))
+    })
+  )
+
+export const appConfig: Config.Config<AppConfigShape> = Config.all({
+  port: port("PORT", 3000),
+  host: Config.string("HOST").pipe(Config.withDefault("127.0.0.1")),
+  smtpPort: port("SMTP_PORT", 2525),
+  databaseUrl: Config.option(
+    url("DATABASE_URL", ["postgres:", "postgresql:"]).pipe(Config.map((s) => Redacted.make(s)))
+  ),
+  dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.data")),
+  publicBaseUrl: Config.option(url("PUBLIC_BASE_URL", ["http:", "https:"])),
+  managedInboxDomain: Config.string("MANAGED_INBOX_DOMAIN").pipe(
+    Config.withDefault("agents.localhost"),
+    Config.validate({
+      message: "must be a domain name such as agents.example.com",
+      validation: (d) => /^(?=.{1,253}$)([a-z0-9-]{1,63}\.)*[a-z0-9-]{1,63}$/i.test(d)
+    })
+  ),
+  outboundSmtpUrl: Config.option(
+    url("OUTBOUND_SMTP_URL", ["smtp:", "smtps:"]).pipe(Config.map((s) => Redacted.make(s)))
+  ),
+  webhookAllowPrivateUrls: bool("WEBHOOK_ALLOW_PRIVATE_URLS", false),
+  deliveryRetryDelays: durations("DELIVERY_RETRY_DELAYS", "5s,5m,30m,2h,5h,10h,10h"),
+  deliveryTimeout: duration("DELIVERY_TIMEOUT", "15s"),
+  logLevel: Config.literal("all", "trace", "debug", "info", "warning", "error", "fatal", "none")("LOG_LEVEL").pipe(
+    Config.withDefault("info" as const)
+  ),
+  dnsServer: Config.option(Config.string("DNS_SERVER"))
+}).pipe(
+  Config.map((c) => ({
+    ...c,
+    publicBaseUrl: Option.getOrElse(c.publicBaseUrl, () => `http://localhost:${c.port}`)
+  }))
+)
+
+export const AppConfigLive = Layer.effect(AppConfig, appConfig)

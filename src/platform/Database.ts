@@ -1,0 +1,141 @@
+/**
+ * The system of record: PostgreSQL behind one `SqlClient`.
+ *
+ * `DATABASE_URL` set → @effect/sql-pg against that server. Unset → embedded PGlite (PostgreSQL
+ * compiled to WASM) persisted in `DATA_DIR/pglite`, served in-process by pglite-socket so the very
+ * same driver (node-postgres) and row parsing are used. PGlite runs one backend and pglite-socket
+ * interleaves protocol messages of concurrent connections, so both sides use exactly ONE connection.
+ * The embedded database belongs to one process; several processes need a PostgreSQL server.
+ */
+import { PGlite } from "@electric-sql/pglite"
+import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
+import { Migrator, SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { Data, Effect, Layer, Option, Redacted } from "effect"
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { AppConfig } from "./Config.js"
+
+export const MIGRATIONS_DIR = fileURLToPath(new URL("../../migrations", import.meta.url))
+
+/** Loads `NNNN_name.sql` files; each file runs as one multi-statement simple query. */
+export const sqlFileLoader = (directory: string): Migrator.Loader =>
+  Effect.try({
+    try: () =>
+      readdirSync(directory)
+        .flatMap((file) => {
+          const m = /^(\d+)_([^.]+)\.sql$/.exec(file)
+          if (!m) return []
+          const load = Effect.sync(() => readFileSync(join(directory, file), "utf8")).pipe(
+            Effect.map((text) => Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(text)))
+          )
+          return [[Number(m[1]), m[2]!, load] as const]
+        })
+        .sort(([a], [b]) => a - b),
+    catch: (cause) => new Migrator.MigrationError({ reason: "failed", message: `cannot read ${directory}: ${cause}` })
+  })
+
+const MIGRATION_LOCK = 7_221_001 // any constant shared by every Mailroom process
+
+/**
+ * Applies pending migrations. The Migrator serializes runs with `LOCK TABLE`, but creates its
+ * bookkeeping table before that lock; an advisory lock makes that first step safe too, so any
+ * number of processes may start at once against one database.
+ */
+export const migrate = (directory = MIGRATIONS_DIR) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql.withTransaction(
+      sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`.pipe(
+        Effect.zipRight(sql`CREATE TABLE IF NOT EXISTS effect_sql_migrations (
+          migration_id integer primary key,
+          created_at timestamp with time zone not null default now(),
+          name text not null)`)
+      )
+    )
+    return yield* Migrator.make({})({ loader: sqlFileLoader(directory) })
+  })
+
+export class DatabaseInUse extends Data.TaggedError("DatabaseInUse")<{ readonly message: string }> {}
+
+const isAlive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * PGlite's files belong to one process; opening them from a second (a second server, or the admin
+ * command while the server runs) would corrupt them, so a pid lock file refuses that clearly.
+ */
+const lockDataDir = (dataDir: string) =>
+  Effect.acquireRelease(
+    Effect.gen(function*() {
+      const lock = join(dirname(dataDir), "pglite.lock")
+      mkdirSync(dirname(lock), { recursive: true })
+      if (existsSync(lock)) {
+        const pid = Number(readFileSync(lock, "utf8").trim())
+        if (pid !== process.pid && Number.isInteger(pid) && pid > 0 && isAlive(pid)) {
+          return yield* new DatabaseInUse({
+            message: `the embedded database in ${dataDir} is in use by process ${pid}; ` +
+              `stop that process first, or run every process against a PostgreSQL server with DATABASE_URL`
+          })
+        }
+      }
+      writeFileSync(lock, String(process.pid))
+      return lock
+    }),
+    (lock) => Effect.sync(() => rmSync(lock, { force: true }))
+  )
+
+/** Embedded PostgreSQL served on an ephemeral loopback port, closed with the scope. */
+export const layerPglite = (dataDir: string | undefined) =>
+  Layer.unwrapScoped(Effect.gen(function*() {
+    if (dataDir !== undefined) yield* lockDataDir(dataDir)
+    const db = yield* Effect.acquireRelease(
+      Effect.promise(() => {
+        if (dataDir !== undefined) mkdirSync(dataDir, { recursive: true })
+        return PGlite.create(dataDir ?? "memory://")
+      }),
+      (db) => Effect.promise(() => db.close()).pipe(Effect.ignore)
+    )
+    const server = yield* Effect.acquireRelease(
+      Effect.promise(async () => {
+        const s = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 1 })
+        await s.start()
+        return s
+      }),
+      (s) => Effect.promise(() => s.stop()).pipe(Effect.ignore)
+    )
+    const [host, port] = server.getServerConn().split(":")
+    return PgClient.layer({
+      host: host!,
+      port: Number(port),
+      username: "postgres",
+      password: Redacted.make("postgres"),
+      database: "postgres",
+      maxConnections: 1,
+      applicationName: "mailroom"
+    })
+  }))
+
+export const layerServer = (url: Redacted.Redacted<string>) =>
+  PgClient.layer({ url, maxConnections: 20, applicationName: "mailroom", connectTimeout: "5 seconds" })
+
+/** True when the SqlClient is the embedded single-connection PGlite. */
+export class DatabaseKind extends Effect.Tag("mailroom/DatabaseKind")<DatabaseKind, { readonly embedded: boolean }>() {}
+
+/** SqlClient for the configured database, with migrations applied. */
+export const DatabaseLive = Layer.unwrapEffect(Effect.gen(function*() {
+  const config = yield* AppConfig
+  const client = Option.match(config.databaseUrl, {
+    onNone: () => layerPglite(join(config.dataDir, "pglite")),
+    onSome: layerServer
+  })
+  const kind = Layer.succeed(DatabaseKind, { embedded: Option.isNone(config.databaseUrl) })
+  return Layer.effectDiscard(migrate()).pipe(Layer.provideMerge(client), Layer.merge(kind))
+}))

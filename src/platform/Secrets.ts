@@ -1,0 +1,33 @@
+/**
+ * Credential material: generation, hashing and display prefixes.
+ * High-entropy secrets (keys, tokens, codes) are looked up by SHA-256; nothing stores them in clear.
+ */
+import { createHash, randomBytes, randomInt, timingSafeEqual } from "node:crypto"
+
+export const PREFIX = { apiKey: "mr_live_", accessToken: "mr_at_", refreshToken: "mr_rt_" } as const
+
+const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+/** `n` characters of base62 from the CSPRNG (rejection-free via randomInt). */
+export const randomToken = (n = 40): string => {
+  let out = ""
+  for (let i = 0; i < n; i++) out += ALPHABET[randomInt(ALPHABET.length)]
+  return out
+}
+
+export const newApiKey = () => `${PREFIX.apiKey}${randomToken(40)}`
+export const newAccessToken = () => `${PREFIX.accessToken}${randomToken(40)}`
+export const newRefreshToken = () => `${PREFIX.refreshToken}${randomToken(48)}`
+
+export const sha256Hex = (value: string | Uint8Array): string => createHash("sha256").update(value).digest("hex")
+
+/** What a person may see of a credential later: the prefix and the first characters. */
+export const displayPrefix = (secret: string): string => secret.slice(0, secret.indexOf("_", 3) + 1 + 6)
+
+export const constantTimeEqual = (a: string, b: string): boolean => {
+  const x = Buffer.from(a)
+  const y = Buffer.from(b)
+  return x.length === y.length && timingSafeEqual(x, y)
+}
+
+export const randomBase64Url = (bytes = 32) => randomBytes(bytes).toString("base64url")

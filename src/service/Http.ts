@@ -1,0 +1,67 @@
+/** Handlers of the operational endpoints. */
+import { HttpApiBuilder, OpenApi } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+import { MailroomApi } from "../Api.js"
+import { ServiceUnavailable } from "../contract/Errors.js"
+import { PREFIX } from "../platform/Secrets.js"
+import { AppConfig } from "../platform/Config.js"
+import pkg from "../../package.json" with { type: "json" }
+
+export const VERSION: string = pkg.version
+
+/** Every operation of the contract that needs no credential, read off the derived OpenAPI document. */
+export const publicOperations = () => {
+  const spec = OpenApi.fromApi(MailroomApi) as unknown as {
+    paths: Record<string, Record<string, { operationId: string; summary?: string; security?: Array<unknown> }>>
+  }
+  const out: Array<{ method: string; path: string; operation_id: string; summary: string | null }> = []
+  for (const [path, item] of Object.entries(spec.paths)) {
+    for (const [method, op] of Object.entries(item)) {
+      if (op.security === undefined || op.security.length === 0) {
+        out.push({ method: method.toUpperCase(), path, operation_id: op.operationId, summary: op.summary ?? null })
+      }
+    }
+  }
+  return out
+}
+
+export const ServiceHttpLive = HttpApiBuilder.group(MailroomApi, "service", (handlers) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const config = yield* AppConfig
+    const base = config.publicBaseUrl
+    const operations = publicOperations()
+    return handlers
+      .handle("health", () =>
+        sql`SELECT 1 AS ok`.pipe(
+          Effect.timeoutFail({
+            duration: "2 seconds",
+            onTimeout: () => new ServiceUnavailable({ message: "database did not answer within 2 s" })
+          }),
+          Effect.catchTag("SqlError", () => new ServiceUnavailable({ message: "database unreachable" })),
+          Effect.as({ status: "ok" as const, database: "ok" as const, version: VERSION })
+        ))
+      .handle("discovery", () =>
+        Effect.succeed({
+          name: "Mailroom",
+          base_url: `${base}/v1`,
+          api_version: "v1",
+          openapi_url: `${base}/v1/openapi.json`,
+          docs_url: `${base}/docs`,
+          auth_md_url: `${base}/auth.md`,
+          protected_resource_metadata_url: `${base}/.well-known/oauth-protected-resource`,
+          authentication: {
+            scheme: "Bearer" as const,
+            header: "Authorization: Bearer <credential>",
+            credential_prefixes: { api_key: PREFIX.apiKey, access_token: PREFIX.accessToken },
+            how_to_get_a_credential: [
+              `POST ${base}/v1/agent/accounts with {"terms_accepted":true}: an emailless agent account and its API key, at once`,
+              `POST ${base}/v1/agent/signup/start then /v1/agent/signup/verify: an account tied to an email address`,
+              `POST ${base}/v1/cli/login/start then poll /v1/cli/login/poll while a person approves in the browser`,
+              `Read ${base}/auth.md for the whole flow`
+            ]
+          },
+          public_operations: operations
+        }))
+  }))

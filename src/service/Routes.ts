@@ -1,0 +1,99 @@
+/**
+ * Routes outside the enveloped `/v1` contract: the agent discovery document `/auth.md`, RFC 9728
+ * protected-resource metadata and RFC 8414 authorization-server metadata, and the OpenAPI document.
+ */
+import { HttpApiBuilder, HttpServerResponse, OpenApi } from "@effect/platform"
+import { Effect } from "effect"
+import { MailroomApi } from "../Api.js"
+import { AppConfig } from "../platform/Config.js"
+import { PREFIX } from "../platform/Secrets.js"
+
+export const authMarkdown = (base: string) => `# Mailroom: getting a credential
+
+Mailroom is email infrastructure for AI agents. The API lives at \`${base}/v1\`; every call except the
+ones listed below needs \`Authorization: Bearer <credential>\`. A credential is either an API key
+(\`${PREFIX.apiKey}…\`) or an OAuth access token (\`${PREFIX.accessToken}…\`), each scoped to one organization.
+
+## 1. Fastest: an emailless agent account (no person needed)
+
+\`\`\`http
+POST ${base}/v1/agent/accounts
+Content-Type: application/json
+
+{"terms_accepted": true, "device_name": "my-agent"}
+\`\`\`
+
+The response's \`data.api_key\` is shown once: store it. \`data.address\` is the managed inbox the agent
+receives mail at. The \`agent\` plan is reply-only; \`data.upgrade.claim_path\` explains how a person
+claims the account later (\`POST /v1/agent/claim/start\` with their email, then \`/v1/agent/claim/verify\`).
+
+## 2. An account tied to an email address
+
+1. \`POST ${base}/v1/agent/signup/start\` with \`{"email": "...", "terms_accepted": true}\` → a
+   \`signup_token\`; a 6-digit code is mailed to the address.
+2. \`POST ${base}/v1/agent/signup/verify\` with \`{"signup_token": "...", "verification_code": "123456"}\`
+   → a token set (\`access_token\`, \`refresh_token\`, \`expires_in\`, \`orgs\`). Pass \`org_id\` to choose a
+   workspace when the address belongs to several.
+
+The CLI flavour is \`/v1/cli/signup/start\`, \`/resend\` and \`/verify\`.
+
+## 3. A person approves a CLI or agent in the browser (device login, RFC 8628)
+
+1. \`POST ${base}/v1/cli/login/start\` → \`device_code\`, \`user_code\`, \`verification_uri_complete\`, \`interval\`.
+2. Show the person \`verification_uri_complete\` (${base}/device?user_code=…); they sign in and approve.
+3. Poll \`POST ${base}/v1/cli/login/poll\` with \`{"device_code": "..."}\` no faster than \`interval\` seconds.
+   \`authorization_pending\` means keep polling, \`slow_down\` means add 5 s, \`access_denied\` and
+   \`expired_token\` are final. Success returns the token set once.
+
+## Using and renewing the credential
+
+- Send \`Authorization: Bearer <access_token or api_key>\`. A missing or bad credential answers 401
+  \`unauthorized\` with \`WWW-Authenticate\` pointing at \`${base}/.well-known/oauth-protected-resource\`.
+- Access tokens expire after \`expires_in\` seconds; exchange the refresh token for a new set (the
+  refresh token rotates). \`POST /v1/cli/logout\` revokes an OAuth grant.
+- Limits: 120 requests per 60 s per organization (\`ratelimit-*\` headers on every response; 429 carries
+  \`Retry-After\`). Every POST accepts \`Idempotency-Key\` so retries are safe.
+- Errors are \`{"success": false, "error": {"code", "message", "details"?, "gates"?}}\`: branch on \`code\`.
+
+Machine-readable: \`${base}/v1/discovery\` (public operations), \`${base}/v1/openapi.json\`, docs at \`${base}/docs\`.
+`
+
+export const protectedResourceMetadata = (base: string) => ({
+  resource: `${base}/v1`,
+  resource_name: "Mailroom API",
+  authorization_servers: [base],
+  bearer_methods_supported: ["header"],
+  resource_documentation: `${base}/auth.md`
+})
+
+export const authorizationServerMetadata = (base: string) => ({
+  issuer: base,
+  device_authorization_endpoint: `${base}/v1/cli/login/start`,
+  token_endpoint: `${base}/v1/cli/login/poll`,
+  grant_types_supported: ["urn:ietf:params:oauth:grant-type:device_code", "refresh_token"],
+  response_types_supported: [],
+  token_endpoint_auth_methods_supported: ["none"],
+  service_documentation: `${base}/auth.md`
+})
+
+export const ServiceRoutesLive = HttpApiBuilder.Router.use((router) =>
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    const base = config.publicBaseUrl
+    const markdown = authMarkdown(base)
+    const spec = OpenApi.fromApi(MailroomApi)
+    yield* router.get(
+      "/auth.md",
+      Effect.succeed(HttpServerResponse.text(markdown, { contentType: "text/markdown; charset=utf-8" }))
+    )
+    yield* router.get(
+      "/.well-known/oauth-protected-resource",
+      HttpServerResponse.json(protectedResourceMetadata(base))
+    )
+    yield* router.get(
+      "/.well-known/oauth-authorization-server",
+      HttpServerResponse.json(authorizationServerMetadata(base))
+    )
+    yield* router.get("/v1/openapi.json", HttpServerResponse.json(spec))
+  })
+)

@@ -1,0 +1,110 @@
+/**
+ * Test harness: a real Mailroom service on a random port, over a database of its own.
+ *
+ * Without DATABASE_URL each service gets a fresh embedded PGlite in a temporary directory; with
+ * DATABASE_URL (a server such as postgres://postgres@127.0.0.1:5432/test) each test file creates
+ * its own database on that server and drops it afterwards, so runs never see each other's rows.
+ */
+import { SqlClient } from "@effect/sql"
+import { ConfigProvider, Context, Effect, Layer, Option } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { createServer } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import pg from "pg"
+import { AppConfig, appConfig } from "../../src/platform/Config.js"
+import { DatabaseLive } from "../../src/platform/Database.js"
+import { HttpLive, loggerLayer, PlatformServicesLive } from "../../src/platform/Server.js"
+
+export const freePort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const srv = createServer()
+    srv.once("error", reject)
+    srv.listen(0, "127.0.0.1", () => {
+      const address = srv.address()
+      const port = typeof address === "object" && address !== null ? address.port : 0
+      srv.close(() => resolve(port))
+    })
+  })
+
+/** A fresh database on the server named by DATABASE_URL, dropped when the scope closes. */
+export const scratchDatabase = Effect.acquireRelease(
+  Effect.promise(async () => {
+    const url = process.env.DATABASE_URL
+    if (url === undefined || url === "") return Option.none<string>()
+    const name = `mailroom_t_${process.pid}_${Math.random().toString(36).slice(2, 10)}`
+    const admin = new pg.Client({ connectionString: url })
+    await admin.connect()
+    await admin.query(`CREATE DATABASE ${name}`)
+    await admin.end()
+    const u = new URL(url)
+    u.pathname = `/${name}`
+    return Option.some(u.toString())
+  }),
+  (db) =>
+    Option.match(db, {
+      onNone: () => Effect.void,
+      onSome: (dbUrl) =>
+        Effect.promise(async () => {
+          const name = new URL(dbUrl).pathname.slice(1)
+          const admin = new pg.Client({ connectionString: process.env.DATABASE_URL })
+          await admin.connect()
+          await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+          await admin.end()
+        }).pipe(Effect.ignore)
+    })
+)
+
+export const tempDir = Effect.acquireRelease(
+  Effect.sync(() => mkdtempSync(join(tmpdir(), "mailroom-test-"))),
+  (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
+)
+
+export const usingRealPostgres = () => (process.env.DATABASE_URL ?? "") !== ""
+
+/** Config of a test service: the environment's defaults with test-friendly overrides. */
+export const testConfigLayer = (env: Record<string, string>) =>
+  Layer.effect(AppConfig, Effect.withConfigProvider(appConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
+
+export interface TestServerShape {
+  readonly port: number
+  readonly baseUrl: string
+  readonly env: Record<string, string>
+}
+export class TestServer extends Context.Tag("test/TestServer")<TestServer, TestServerShape>() {}
+
+/** Database + platform services of one test file, shared by every server instance built on it. */
+export const testDatabase = (overrides: Record<string, string> = {}) =>
+  Layer.unwrapScoped(Effect.gen(function*() {
+    const db = yield* scratchDatabase
+    const dir = yield* tempDir
+    const env: Record<string, string> = {
+      DATA_DIR: dir,
+      LOG_LEVEL: "warning",
+      WEBHOOK_ALLOW_PRIVATE_URLS: "true",
+      ...Option.match(db, { onNone: () => ({}), onSome: (url) => ({ DATABASE_URL: url }) }),
+      ...overrides
+    }
+    return DatabaseLive.pipe(Layer.provideMerge(testConfigLayer(env)))
+  }))
+
+/** One HTTP server on a free port over the given database layer's services. */
+export const testServerOn = () =>
+  Layer.unwrapEffect(Effect.gen(function*() {
+    const base = yield* AppConfig
+    const port = yield* Effect.promise(freePort)
+    const baseUrl = `http://127.0.0.1:${port}`
+    const config = { ...base, port, publicBaseUrl: baseUrl }
+    return Layer.mergeAll(HttpLive, Layer.succeed(TestServer, { port, baseUrl, env: {} })).pipe(
+      Layer.provide(PlatformServicesLive),
+      Layer.provide(loggerLayer),
+      Layer.provide(Layer.succeed(AppConfig, config))
+    )
+  }))
+
+/** The usual fixture: one database, one server, the SqlClient for assertions. */
+export const testService = (overrides: Record<string, string> = {}) =>
+  testServerOn().pipe(Layer.provideMerge(testDatabase(overrides)))
+
+export type TestEnv = TestServer | SqlClient.SqlClient | AppConfig
+

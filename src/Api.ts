@@ -5,6 +5,7 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { Wire } from "./contract/Errors.js"
 import { AccountApi } from "./account/Api.js"
+import { AgentAccountsApi } from "./identity/Api.js"
 import { ServiceApi } from "./service/Api.js"
 
 /**
@@ -25,12 +26,22 @@ const dropBuiltinDecodeError = (spec: Record<string, any>): Record<string, any> 
     }
   }
   for (const k of ["HttpApiDecodeError", "Issue", "PropertyKey"]) delete spec.components?.schemas?.[k]
-  return spec
+  return stripAnyIds(spec) as Record<string, any>
+}
+
+/** `Schema.Unknown` emits `{$id:"/schemas/unknown"}` at every use; repeated `$id`s make the document invalid. */
+const stripAnyIds = (node: unknown): unknown => {
+  if (Array.isArray(node)) return node.map(stripAnyIds)
+  if (node === null || typeof node !== "object") return node
+  const obj = node as Record<string, unknown>
+  if (typeof obj.$id === "string" && obj.$id.startsWith("/schemas/")) return {}
+  return Object.fromEntries(Object.entries(obj).map(([k, v]) => [k, stripAnyIds(v)]))
 }
 
 export class MailroomApi extends HttpApi.make("mailroom")
   .add(ServiceApi)
   .add(AccountApi)
+  .add(AgentAccountsApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

@@ -23,8 +23,24 @@ const isApiError = (u: unknown): boolean => {
 const fieldOf = (path: ReadonlyArray<PropertyKey>) =>
   path.length === 0 ? "body" : path.map((p) => typeof p === "number" ? `[${p}]` : String(p)).join(".").replace(/\.\[/g, "[")
 
+/** Fields whose values are never echoed back in an error message. */
+const SECRET_FIELD = /password|code|token|secret|key/i
+
+/** Keeps reasons readable and free of echoed secrets: long `actual` values are cut, secret ones dropped. */
+const tidyReason = (field: string, reason: string) => {
+  const at = reason.indexOf(", actual ")
+  if (at < 0) return reason
+  if (SECRET_FIELD.test(field)) return reason.slice(0, at)
+  const actual = reason.slice(at + 9)
+  return actual.length > 60 ? `${reason.slice(0, at + 9)}${actual.slice(0, 57)}…` : reason
+}
+
 export const validationFromDecode = (e: HttpApiDecodeError): ValidationError => {
-  const issues = e.issues.map((i) => ({ field: fieldOf(i.path), reason: i.message }))
+  const all = e.issues.map((i) => ({ field: fieldOf(i.path), reason: i.message }))
+  // An optional field's union adds "Expected undefined" next to the real reason: drop that echo.
+  const issues = all
+    .filter((i) => !(i.reason.startsWith("Expected undefined") && all.some((o) => o.field === i.field && o !== i)))
+    .map((i) => ({ field: i.field, reason: tidyReason(i.field, i.reason) }))
   // One line per field, in order, without repeating an identical line.
   const lines = [...new Set(issues.map((i) => `${i.field}: ${i.reason}`))]
   return new ValidationError({ message: lines.join("; "), details: { issues } })

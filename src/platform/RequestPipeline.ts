@@ -2,9 +2,11 @@
  * The outermost layer of every HTTP request: request id and access log, the organization-wide
  * rate limit (120 per 60 s sliding window per organization, per client address without a valid
  * credential) and POST idempotency. It runs before routing, so even 401s and 404s carry the
- * `ratelimit-*` headers, and it sees the final encoded response, so idempotent replays are byte-exact.
+ * `ratelimit-*` headers. It also applies the handlers' pre-response hooks itself (`finalize`), so it
+ * holds the exact final response before it is written: idempotency records store what was sent.
  */
-import { HttpApp, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpApp, HttpIncomingMessage, type HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import type { ResponseError } from "@effect/platform/HttpServerError"
 import { Cause, Effect, FiberRef, Option } from "effect"
 import { Conflict, envelopeOf, RateLimited, ValidationError } from "../contract/Errors.js"
 import type { Principal } from "../contract/Security.js"
@@ -35,7 +37,9 @@ const responseBytes = (res: HttpServerResponse.HttpServerResponse): Uint8Array |
 
 /** Which finished results an idempotency record may replay (CONTRACT.md). */
 const storable = (derived: boolean, res: HttpServerResponse.HttpServerResponse, bytes: Uint8Array) => {
-  if (derived) return res.status >= 200 && res.status < 300
+  // A derived key is the same for every caller behind one address sending the same body, so it
+  // never replays a response that hands out a credential (marked no-store) to a second caller.
+  if (derived) return res.status >= 200 && res.status < 300 && !(res.headers["cache-control"] ?? "").includes("no-store")
   if (res.status >= 500 || res.status === 429) return false
   if (res.status === 400) {
     try {
@@ -49,7 +53,12 @@ const storable = (derived: boolean, res: HttpServerResponse.HttpServerResponse, 
 
 const REPLAYED_HEADERS = ["content-type", "location", "cache-control"]
 
-export const requestPipeline = (app: HttpApp.Default): HttpApp.Default<never, Credentials | RateLimiter | Idempotency> =>
+type Services = HttpRouter.HttpRouter.DefaultServices | HttpServerRequest.HttpServerRequest
+type App = HttpApp.Default<never, Services>
+
+export const requestPipeline = (
+  app: App
+): HttpApp.Default<ResponseError, Services | Credentials | RateLimiter | Idempotency> =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const requestId = `req_${randomToken(20)}`
@@ -60,13 +69,10 @@ export const requestPipeline = (app: HttpApp.Default): HttpApp.Default<never, Cr
     yield* HttpApp.appendPreResponseHandler((_req, res) =>
       Effect.succeed(HttpServerResponse.setHeader(res, "x-request-id", requestId))
     )
-    // Responses built here (429, replays, idempotency conflicts) bypass the pre-response
-    // handlers, so they get the request id and limiter headers directly at the end.
-    let direct: Record<string, string> = { "x-request-id": requestId }
     const run: Effect.Effect<
       HttpServerResponse.HttpServerResponse,
       unknown,
-      HttpServerRequest.HttpServerRequest | Credentials | RateLimiter | Idempotency
+      Services | Credentials | RateLimiter | Idempotency
     > = Effect.gen(function*() {
       if (isExempt(method, path)) return yield* app
 
@@ -94,7 +100,6 @@ export const requestPipeline = (app: HttpApp.Default): HttpApp.Default<never, Cr
         )
       }
       yield* withLimitHeaders(decision)
-      direct = { ...rateLimitHeaders(decision, false), ...direct }
 
       if (method !== "POST" || !path.startsWith("/v1/")) return yield* app
       return yield* idempotent(app, request, scope, method, path)
@@ -115,10 +120,20 @@ export const requestPipeline = (app: HttpApp.Default): HttpApp.Default<never, Cr
           )
       )
     )
-    yield* Effect.logInfo(`${method} ${path} ${response.status}`).pipe(
+    const final = yield* finalize(request, response)
+    yield* Effect.logInfo(`${method} ${path} ${final.status}`).pipe(
       Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
     )
-    return HttpServerResponse.setHeaders(response, direct)
+    return final
+  })
+
+/** Applies (and consumes) the pre-response hooks registered so far: the response as it will be sent. */
+const finalize = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
+  Effect.gen(function*() {
+    const hooks = yield* FiberRef.get(HttpApp.currentPreResponseHandlers)
+    if (Option.isNone(hooks)) return response
+    yield* FiberRef.set(HttpApp.currentPreResponseHandlers, Option.none())
+    return yield* hooks.value(request, response)
   })
 
 /** Org-wide values; a per-resource limiter that refuses the request overwrites them with its own. */
@@ -126,12 +141,12 @@ const withLimitHeaders = (d: Decision) =>
   HttpApp.appendPreResponseHandler((_req, res) => Effect.succeed(HttpServerResponse.setHeaders(res, rateLimitHeaders(d, false))))
 
 const idempotent = (
-  app: HttpApp.Default,
+  app: App,
   request: HttpServerRequest.HttpServerRequest,
   scope: string,
   method: string,
   path: string
-): Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest | Idempotency> =>
+): Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Services | Idempotency> =>
   Effect.gen(function*() {
     const explicit = request.headers["idempotency-key"]
     if (explicit !== undefined && (explicit.length < 1 || explicit.length > 255)) {
@@ -196,25 +211,20 @@ const idempotent = (
         break
     }
 
-    // The app writes its response itself, so the record is completed just before that write:
-    // a retry arriving right after the response always finds the stored result.
-    yield* HttpApp.appendPreResponseHandler((_req, res) =>
-      Effect.gen(function*() {
-        const bytes = responseBytes(res)
-        if (bytes !== undefined && storable(ref.derived, res, bytes)) {
-          const headers: Record<string, string> = {}
-          for (const h of REPLAYED_HEADERS) {
-            const v = res.headers[h]
-            if (v !== undefined) headers[h] = v
-          }
-          yield* store.complete(ref, { status: res.status, headers, body: bytes })
-        } else {
-          yield* store.release(ref)
-        }
-        return HttpServerResponse.setHeaders(res, echo)
-      })
-    )
-    return yield* app.pipe(Effect.onInterrupt(() => store.release(ref)))
+    const response = yield* app.pipe(Effect.onInterrupt(() => store.release(ref)))
+    const final = yield* finalize(request, response).pipe(Effect.tapErrorCause(() => store.release(ref)))
+    const bytes = responseBytes(final)
+    if (bytes !== undefined && storable(ref.derived, final, bytes)) {
+      const headers: Record<string, string> = {}
+      for (const h of REPLAYED_HEADERS) {
+        const v = final.headers[h]
+        if (v !== undefined) headers[h] = v
+      }
+      yield* store.complete(ref, { status: final.status, headers, body: bytes })
+    } else {
+      yield* store.release(ref)
+    }
+    return HttpServerResponse.setHeaders(final, echo)
   })
 
 const replay = (stored: StoredResponse, echo: Record<string, string>) =>

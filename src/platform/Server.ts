@@ -8,6 +8,7 @@ import { Effect, Layer, Logger, LogLevel } from "effect"
 import { createServer } from "node:http"
 import { MailroomApi } from "../Api.js"
 import { AccountHttpLive } from "../account/Http.js"
+import { AgentAccountsHttpLive } from "../identity/AgentAccountsHttp.js"
 import { ServiceHttpLive } from "../service/Http.js"
 import { ServiceRoutesLive } from "../service/Routes.js"
 import { AuthenticationLive } from "./Authentication.js"
@@ -28,13 +29,23 @@ export const PlatformServicesLive = Layer.mergeAll(
 )
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
-  Layer.provide([ServiceHttpLive, AccountHttpLive]),
+  Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive]),
   Layer.provide(AuthenticationLive)
+)
+
+/**
+ * Like `HttpApiBuilder.serve`, but the request pipeline receives the API's app before its response
+ * is written, so it can finalize and record the exact response (see RequestPipeline).
+ */
+const serve = HttpApiBuilder.httpApp.pipe(
+  Effect.map((app) => HttpServer.serve(requestPipeline(app))),
+  Layer.unwrapEffect,
+  Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
 )
 
 export const HttpLive = Layer.unwrapEffect(Effect.gen(function*() {
   const config = yield* AppConfig
-  return HttpApiBuilder.serve(requestPipeline).pipe(
+  return serve.pipe(
     Layer.provide(HttpApiScalar.layer({ path: "/docs" })),
     Layer.provide(ServiceRoutesLive),
     Layer.provide(ErrorMappingLive),

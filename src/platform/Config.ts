@@ -58,7 +58,11 @@ const durations = (name: string, fallback: string) =>
 const port = (name: string, fallback: number) =>
   Config.integer(name).pipe(
     Config.withDefault(fallback),
-    Config.validate({ message: "must be a port number between 0 and 65535", validation: (n) => n >= 0 && n <= 65535 })
+    Config.mapOrFail((n) =>
+      n >= 0 && n <= 65535
+        ? Either.right(n)
+        : Either.left(ConfigError.InvalidData([name], `must be a port number between 0 and 65535, got ${n}`))
+    )
   )
 
 const url = (name: string, protocols: ReadonlyArray<string>) =>
@@ -98,10 +102,11 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   publicBaseUrl: Config.option(url("PUBLIC_BASE_URL", ["http:", "https:"])),
   managedInboxDomain: Config.string("MANAGED_INBOX_DOMAIN").pipe(
     Config.withDefault("agents.localhost"),
-    Config.validate({
-      message: "must be a domain name such as agents.example.com",
-      validation: (d) => /^(?=.{1,253}$)([a-z0-9-]{1,63}\.)*[a-z0-9-]{1,63}$/i.test(d)
-    })
+    Config.mapOrFail((d) =>
+      /^(?=.{1,253}$)([a-z0-9-]{1,63}\.)*[a-z0-9-]{1,63}$/i.test(d)
+        ? Either.right(d.toLowerCase())
+        : Either.left(ConfigError.InvalidData(["MANAGED_INBOX_DOMAIN"], `"${d}" is not a domain name such as agents.example.com`))
+    )
   ),
   outboundSmtpUrl: Config.option(
     url("OUTBOUND_SMTP_URL", ["smtp:", "smtps:"]).pipe(Config.map((s) => Redacted.make(s)))

@@ -108,3 +108,29 @@ export const testService = (overrides: Record<string, string> = {}) =>
 
 export type TestEnv = TestServer | SqlClient.SqlClient | AppConfig
 
+
+/**
+ * Starts one more HTTP server (scoped) over the current test database. On PostgreSQL it gets a
+ * connection pool of its own, as a second process would; embedded PGlite has one connection, so
+ * there the servers share it.
+ */
+export const extraServer = Effect.gen(function*() {
+  const base = yield* AppConfig
+  const port = yield* Effect.promise(freePort)
+  const baseUrl = `http://127.0.0.1:${port}`
+  const config = { ...base, port, publicBaseUrl: baseUrl }
+  const ownPool = Option.isSome(base.databaseUrl)
+  const services = PlatformServicesLive.pipe(Layer.provideMerge(loggerLayer))
+  const server = HttpLive.pipe(Layer.provide(services))
+  const withDb = ownPool
+    ? server.pipe(Layer.provide(DatabaseLive))
+    : server
+  const sql = yield* SqlClient.SqlClient
+  yield* Layer.build(
+    withDb.pipe(
+      Layer.provide(Layer.succeed(AppConfig, config)),
+      Layer.provide(Layer.succeed(SqlClient.SqlClient, sql))
+    )
+  )
+  return { port, baseUrl }
+})

@@ -18,6 +18,9 @@ export interface AppConfigShape {
   readonly deliveryTimeout: Duration.Duration
   readonly logLevel: string
   readonly dnsServer: Option.Option<string>
+  /** PEM files for STARTTLS on the inbound SMTP listener; both or neither. */
+  readonly smtpTlsCert: Option.Option<string>
+  readonly smtpTlsKey: Option.Option<string>
 }
 
 export class AppConfig extends Context.Tag("mailroom/AppConfig")<AppConfig, AppConfigShape>() {}
@@ -117,7 +120,9 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   logLevel: Config.literal("all", "trace", "debug", "info", "warning", "error", "fatal", "none")("LOG_LEVEL").pipe(
     Config.withDefault("info" as const)
   ),
-  dnsServer: Config.option(Config.string("DNS_SERVER"))
+  dnsServer: Config.option(Config.string("DNS_SERVER")),
+  smtpTlsCert: Config.option(Config.string("SMTP_TLS_CERT")),
+  smtpTlsKey: Config.option(Config.string("SMTP_TLS_KEY"))
 }).pipe(
   Config.map((c) => ({
     ...c,

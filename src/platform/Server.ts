@@ -8,7 +8,12 @@ import { Effect, Layer, Logger, LogLevel } from "effect"
 import { createServer } from "node:http"
 import { MailroomApi } from "../Api.js"
 import { AccountHttpLive } from "../account/Http.js"
+import { DownloadsHttpLive, EmailsHttpLive } from "../emails/Http.js"
+import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { AgentAccountsHttpLive } from "../identity/AgentAccountsHttp.js"
+import { SmtpServerLive } from "../inbound/SmtpServer.js"
+import { Recipients } from "../inbound/Recipients.js"
+import { InboundStore } from "../inbound/Store.js"
 import { ServiceHttpLive } from "../service/Http.js"
 import { ServiceRoutesLive } from "../service/Routes.js"
 import { AuthenticationLive } from "./Authentication.js"
@@ -25,11 +30,14 @@ import { requestPipeline } from "./RequestPipeline.js"
 export const PlatformServicesLive = Layer.mergeAll(
   RateLimiter.Default,
   Idempotency.Default,
-  Credentials.Default
+  Credentials.Default,
+  DownloadTokens.Default,
+  Recipients.Default,
+  InboundStore.Default
 )
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
-  Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive]),
+  Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive, EmailsHttpLive, DownloadsHttpLive]),
   Layer.provide(AuthenticationLive)
 )
 
@@ -65,7 +73,7 @@ export const loggerLayer = Layer.unwrapEffect(Effect.map(AppConfig, (c) =>
 const capitalize = (s: string) => (s.charAt(0).toUpperCase() + s.slice(1)) as LogLevel.Literal
 
 /** The whole service over an AppConfig. */
-export const ServiceLive = Layer.mergeAll(HttpLive, MaintenanceLive).pipe(
+export const ServiceLive = Layer.mergeAll(HttpLive, SmtpServerLive, MaintenanceLive).pipe(
   Layer.provide(PlatformServicesLive),
   Layer.provide(DatabaseLive),
   Layer.provide(loggerLayer)

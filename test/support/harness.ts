@@ -6,7 +6,7 @@
  * its own database on that server and drops it afterwards, so runs never see each other's rows.
  */
 import { SqlClient } from "@effect/sql"
-import { ConfigProvider, Context, Effect, Layer, Option } from "effect"
+import { Clock, ConfigProvider, Context, Effect, Layer, Option } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
@@ -14,6 +14,7 @@ import { join } from "node:path"
 import pg from "pg"
 import { AppConfig, appConfig } from "../../src/platform/Config.js"
 import { DatabaseLive } from "../../src/platform/Database.js"
+import { SmtpServerLive } from "../../src/inbound/SmtpServer.js"
 import { HttpLive, loggerLayer, PlatformServicesLive } from "../../src/platform/Server.js"
 
 export const freePort = (): Promise<number> =>
@@ -68,8 +69,8 @@ export const testConfigLayer = (env: Record<string, string>) =>
 
 export interface TestServerShape {
   readonly port: number
+  readonly smtpPort: number
   readonly baseUrl: string
-  readonly env: Record<string, string>
 }
 export class TestServer extends Context.Tag("test/TestServer")<TestServer, TestServerShape>() {}
 
@@ -93,9 +94,10 @@ export const testServerOn = () =>
   Layer.unwrapEffect(Effect.gen(function*() {
     const base = yield* AppConfig
     const port = yield* Effect.promise(freePort)
+    const smtpPort = yield* Effect.promise(freePort)
     const baseUrl = `http://127.0.0.1:${port}`
-    const config = { ...base, port, publicBaseUrl: baseUrl }
-    return Layer.mergeAll(HttpLive, Layer.succeed(TestServer, { port, baseUrl, env: {} })).pipe(
+    const config = { ...base, port, smtpPort, publicBaseUrl: baseUrl }
+    return Layer.mergeAll(HttpLive, SmtpServerLive, Layer.succeed(TestServer, { port, smtpPort, baseUrl })).pipe(
       Layer.provide(PlatformServicesLive),
       Layer.provide(loggerLayer),
       Layer.provide(Layer.succeed(AppConfig, config))
@@ -105,6 +107,23 @@ export const testServerOn = () =>
 /** The usual fixture: one database, one server, the SqlClient for assertions. */
 export const testService = (overrides: Record<string, string> = {}) =>
   testServerOn().pipe(Layer.provideMerge(testDatabase(overrides)))
+
+/**
+ * A clock tests can move forward: provided to the service (`testService(env, clock)`), every expiry
+ * and window the service enforces follows it.
+ */
+export const makeManualClock = () => {
+  let offset = 0
+  const clock: Clock.Clock = {
+    [Clock.ClockTypeId]: Clock.ClockTypeId,
+    unsafeCurrentTimeMillis: () => Date.now() + offset,
+    unsafeCurrentTimeNanos: () => BigInt(Date.now() + offset) * 1_000_000n,
+    currentTimeMillis: Effect.sync(() => Date.now() + offset),
+    currentTimeNanos: Effect.sync(() => BigInt(Date.now() + offset) * 1_000_000n),
+    sleep: (d) => Effect.sleep(d).pipe(Effect.withClock(Clock.make()))
+  }
+  return { clock, advance: (ms: number) => { offset += ms }, layer: Layer.setClock(clock) }
+}
 
 export type TestEnv = TestServer | SqlClient.SqlClient | AppConfig
 

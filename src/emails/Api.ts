@@ -1,0 +1,148 @@
+/** Contract of the Emails area: received mail, its raw MIME and attachments. */
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { allErrors, DateTimeString, IdPath, Ok, OkList, Uuid } from "../contract/Envelope.js"
+import { Wire } from "../contract/Errors.js"
+import { Authentication } from "../contract/Security.js"
+
+export const EventTypeName = Schema.String.annotations({
+  description: "email.received, email.bounced, email.tls_report, email.dmarc_report or email.dmarc_failure"
+})
+
+export const AuthSummary = Schema.Struct({ spf: Schema.String, dkim: Schema.String, dmarc: Schema.String })
+
+export const EmailAttachment = Schema.Struct({
+  filename: Schema.NullOr(Schema.String),
+  content_type: Schema.String,
+  size_bytes: Schema.Int,
+  download_url: Schema.String.annotations({ description: "signed, valid 24 hours; bearer auth works without the token" })
+}).annotations({ identifier: "EmailAttachment" })
+
+const summaryFields = {
+  id: Uuid,
+  message_id: Schema.NullOr(Schema.String),
+  event_type: EventTypeName,
+  status: Schema.Literal("accepted", "rejected").annotations({
+    description: "rejected: spam score above the threshold at ingestion (stored, never delivered)"
+  }),
+  rejection_reason: Schema.NullOr(Schema.String),
+  from: Schema.NullOr(Schema.String),
+  from_name: Schema.NullOr(Schema.String),
+  envelope_from: Schema.NullOr(Schema.String),
+  to: Schema.Array(Schema.String),
+  cc: Schema.Array(Schema.String),
+  recipient: Schema.String,
+  domain_id: Schema.NullOr(Uuid),
+  subject: Schema.NullOr(Schema.String),
+  date: Schema.NullOr(DateTimeString),
+  size_bytes: Schema.Int,
+  spam_score: Schema.NullOr(Schema.Number),
+  auth: AuthSummary,
+  attachment_count: Schema.Int,
+  content_discarded: Schema.Boolean,
+  received_at: DateTimeString
+}
+
+export const EmailSummary = Schema.Struct(summaryFields).annotations({ identifier: "EmailSummary" })
+export type EmailSummary = typeof EmailSummary.Type
+
+export const Email = Schema.Struct({
+  ...summaryFields,
+  in_reply_to: Schema.NullOr(Schema.String),
+  references: Schema.Array(Schema.String),
+  headers: Schema.Record({ key: Schema.String, value: Schema.String }).annotations({
+    description: "lower-cased header name → unfolded value; repeated headers joined with a newline"
+  }),
+  text: Schema.NullOr(Schema.String),
+  html: Schema.NullOr(Schema.String),
+  attachments: Schema.Array(EmailAttachment),
+  raw_url: Schema.String,
+  attachments_url: Schema.String
+}).annotations({ identifier: "Email" })
+export type Email = typeof Email.Type
+
+const Limit = Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 100))
+
+export const EmailListParams = allErrors(Schema.Struct({
+  limit: Schema.optionalWith(Limit, { exact: true }),
+  cursor: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(512)), { exact: true }),
+  recipient: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(320)), { exact: true }),
+  sender: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(320)), { exact: true }),
+  event_type: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(64)), { exact: true }),
+  status: Schema.optionalWith(Schema.Literal("accepted", "rejected"), { exact: true }),
+  date_from: Schema.optionalWith(Schema.Date, { exact: true }),
+  date_to: Schema.optionalWith(Schema.Date, { exact: true })
+}))
+
+export const DownloadParams = allErrors(Schema.Struct({
+  token: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(1024)), { exact: true })
+}))
+
+export class EmailsApi extends HttpApiGroup.make("emails")
+  .add(
+    HttpApiEndpoint.get("list", "/emails")
+      .setUrlParams(EmailListParams)
+      .addSuccess(OkList(EmailSummary, "EmailSummary"))
+      .annotate(OpenApi.Summary, "Received emails, newest first, with cursor pagination and filters")
+  )
+  .add(
+    HttpApiEndpoint.get("get", "/emails/:id")
+      .setPath(IdPath)
+      .addSuccess(Ok(Email, "Email"))
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "One received email with its content and download links")
+  )
+  .add(
+    HttpApiEndpoint.del("delete", "/emails/:id")
+      .setPath(IdPath)
+      .addSuccess(Ok(EmailSummary, "DeletedEmail"))
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "Delete a received email and its stored content")
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Description, "Received mail")
+{}
+
+/**
+ * Downloads accept either the signed `token` of a download URL or bearer auth, so they sit outside
+ * the authenticated group and check credentials themselves.
+ */
+export class DownloadsApi extends HttpApiGroup.make("downloads")
+  .add(
+    HttpApiEndpoint.get("raw", "/emails/:id/raw")
+      .setPath(IdPath)
+      .setUrlParams(DownloadParams)
+      .addSuccess(HttpApiSchema.Uint8Array({ contentType: "message/rfc822" }))
+      .addError(Wire.Unauthorized)
+      .addError(Wire.DownloadTokenExpired)
+      .addError(Wire.DownloadTokenInvalid)
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "The raw MIME message (signed `token` or bearer auth)")
+  )
+  .add(
+    HttpApiEndpoint.get("attachments", "/emails/:id/attachments.tar.gz")
+      .setPath(IdPath)
+      .setUrlParams(DownloadParams)
+      .addSuccess(HttpApiSchema.Uint8Array({ contentType: "application/gzip" }))
+      .addError(Wire.Unauthorized)
+      .addError(Wire.DownloadTokenExpired)
+      .addError(Wire.DownloadTokenInvalid)
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "Every attachment as a gzipped tar archive (signed `token` or bearer auth)")
+  )
+  .add(
+    HttpApiEndpoint.get("attachment", "/emails/:id/attachments/:index")
+      .setPath(allErrors(Schema.Struct({ id: Uuid, index: Schema.NumberFromString.pipe(Schema.int(), Schema.between(0, 9999)) })))
+      .setUrlParams(DownloadParams)
+      .addSuccess(HttpApiSchema.Uint8Array({ contentType: "application/octet-stream" }))
+      .addError(Wire.Unauthorized)
+      .addError(Wire.DownloadTokenExpired)
+      .addError(Wire.DownloadTokenInvalid)
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "One attachment by index (signed `token` or bearer auth)")
+  )
+  .annotate(
+    OpenApi.Description,
+    "Downloads: pass the signed `token` of a download URL (24 h), or `Authorization: Bearer` without a token (never expires)"
+  )
+{}

@@ -1,0 +1,61 @@
+/**
+ * Signed download tokens for the raw message and attachments (SPEC.md Authentication §5):
+ * `<payload>.<signature>`, base64url, HMAC-SHA256 with a service key kept in PostgreSQL (shared by
+ * every process), bound to the email id and the download kind, valid 24 hours.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect } from "effect"
+import { createHmac, randomBytes } from "node:crypto"
+import { constantTimeEqual } from "../platform/Secrets.js"
+
+export const DOWNLOAD_TOKEN_TTL_SECONDS = 24 * 3600
+
+/** What a token lets its holder fetch: the raw MIME, the tarball, or one attachment by index. */
+export type DownloadKind = "raw" | "attachments" | `attachment:${number}`
+
+export type Verdict = "ok" | "expired" | "invalid"
+
+interface Claims {
+  readonly e: string
+  readonly k: string
+  readonly x: number
+}
+
+export class DownloadTokens extends Effect.Service<DownloadTokens>()("mailroom/DownloadTokens", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    // Created once by whichever process gets there first; every process reads the same key.
+    yield* sql`INSERT INTO service_secrets (name, value) VALUES ('download_token_key', ${randomBytes(32).toString("base64url")})
+               ON CONFLICT (name) DO NOTHING`.pipe(Effect.orDie)
+    const rows = yield* sql<{ value: string }>`SELECT value FROM service_secrets WHERE name = 'download_token_key'`.pipe(
+      Effect.orDie
+    )
+    const key = Buffer.from(rows[0]!.value, "base64url")
+    const mac = (payload: string) => createHmac("sha256", key).update(payload).digest("base64url")
+
+    const issue = (emailId: string, kind: DownloadKind) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const claims: Claims = { e: emailId, k: kind, x: Math.floor(now / 1000) + DOWNLOAD_TOKEN_TTL_SECONDS }
+        const payload = Buffer.from(JSON.stringify(claims)).toString("base64url")
+        return `${payload}.${mac(payload)}`
+      })
+
+    const verify = (token: string, emailId: string, kind: DownloadKind): Effect.Effect<Verdict> =>
+      Effect.map(Clock.currentTimeMillis, (now): Verdict => {
+        const dot = token.indexOf(".")
+        if (dot <= 0 || token.length > 1024) return "invalid"
+        const payload = token.slice(0, dot)
+        if (!constantTimeEqual(mac(payload), token.slice(dot + 1))) return "invalid"
+        let claims: Claims
+        try {
+          claims = JSON.parse(Buffer.from(payload, "base64url").toString("utf8")) as Claims
+        } catch {
+          return "invalid"
+        }
+        if (claims.e !== emailId || claims.k !== kind || typeof claims.x !== "number") return "invalid"
+        return now / 1000 > claims.x ? "expired" : "ok"
+      })
+
+    return { issue, verify } as const
+  })
+}) {}

@@ -1,0 +1,94 @@
+/** SQL of the Emails area. */
+import { SqlClient } from "@effect/sql"
+import { Effect, Option } from "effect"
+import type { ParsedAttachment } from "../inbound/Parse.js"
+
+export interface EmailRow {
+  id: string
+  org_id: string
+  domain_id: string | null
+  recipient: string
+  envelope_from: string | null
+  from_address: string | null
+  from_name: string | null
+  to_addresses: Array<string>
+  cc_addresses: Array<string>
+  subject: string | null
+  message_id: string | null
+  in_reply_to: string | null
+  references: Array<string>
+  sent_at: Date | null
+  headers: Record<string, string>
+  attachments: Array<ParsedAttachment>
+  size_bytes: number
+  spam_score: string | null
+  auth: { spf: string; dkim: string; dmarc: string }
+  event_type: string
+  status: "accepted" | "rejected"
+  rejection_reason: string | null
+  content_discarded_at: Date | null
+  received_at: Date
+}
+
+export interface EmailListQuery {
+  readonly limit: number
+  readonly after: Option.Option<{ readonly receivedAt: Date; readonly id: string }>
+  readonly recipient?: string
+  readonly sender?: string
+  readonly eventType?: string
+  readonly status?: string
+  readonly dateFrom?: Date
+  readonly dateTo?: Date
+}
+
+export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const filters = (orgId: string, q: EmailListQuery) => {
+      const conds = [sql`org_id = ${orgId}`]
+      if (q.recipient !== undefined) conds.push(sql`recipient = ${q.recipient.toLowerCase()}`)
+      if (q.sender !== undefined) conds.push(sql`(from_address = ${q.sender.toLowerCase()} OR envelope_from = ${q.sender.toLowerCase()})`)
+      if (q.eventType !== undefined) conds.push(sql`event_type = ${q.eventType}`)
+      if (q.status !== undefined) conds.push(sql`status = ${q.status}`)
+      if (q.dateFrom !== undefined) conds.push(sql`received_at >= ${q.dateFrom}`)
+      if (q.dateTo !== undefined) conds.push(sql`received_at <= ${q.dateTo}`)
+      return conds
+    }
+
+    const list = (orgId: string, q: EmailListQuery) =>
+      Effect.gen(function*() {
+        const conds = filters(orgId, q)
+        const page = Option.match(q.after, {
+          onNone: () => conds,
+          onSome: (c) => [...conds, sql`(received_at, id) < (${c.receivedAt}, ${c.id})`]
+        })
+        const rows = yield* sql<EmailRow>`SELECT * FROM emails WHERE ${sql.and(page)}
+          ORDER BY received_at DESC, id DESC LIMIT ${q.limit + 1}`
+        const total = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM emails WHERE ${sql.and(conds)}`
+        return { rows: rows.slice(0, q.limit), more: rows.length > q.limit, total: total[0]!.n }
+      }).pipe(Effect.orDie)
+
+    const find = (orgId: string, id: string) =>
+      sql<EmailRow & { text_body: string | null; html_body: string | null }>`
+        SELECT e.*, c.text_body, c.html_body FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
+        WHERE e.id = ${id} AND e.org_id = ${orgId}`.pipe(Effect.map((r) => Option.fromNullable(r[0])), Effect.orDie)
+
+    const remove = (orgId: string, id: string) =>
+      sql<EmailRow>`DELETE FROM emails WHERE id = ${id} AND org_id = ${orgId} RETURNING *`.pipe(
+        Effect.map((r) => Option.fromNullable(r[0])),
+        Effect.orDie
+      )
+
+    /** The raw bytes and owner of an email (owner checked by the caller: token or bearer). */
+    const raw = (id: string) =>
+      sql<{ org_id: string; raw: Uint8Array | null; discarded: boolean }>`
+        SELECT e.org_id, c.raw, e.content_discarded_at IS NOT NULL AS discarded
+        FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id WHERE e.id = ${id}`.pipe(
+        Effect.map((r) => Option.fromNullable(r[0])),
+        Effect.orDie
+      )
+
+    return { list, find, remove, raw } as const
+  })
+}) {}

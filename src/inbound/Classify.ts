@@ -1,0 +1,52 @@
+/**
+ * Event classification from a message's structure (not its wording, where a standard exists):
+ * RFC 3464 delivery status notifications, RFC 8460 TLS reports, RFC 7489 aggregate reports and
+ * RFC 6591 authentication-failure reports; everything else is `email.received`.
+ */
+import type { ParsedEmail } from "./Parse.js"
+
+export type EventType =
+  | "email.received"
+  | "email.bounced"
+  | "email.tls_report"
+  | "email.dmarc_report"
+  | "email.dmarc_failure"
+
+const hasPart = (p: ParsedEmail, types: ReadonlyArray<string>) =>
+  p.attachments.some((a) => types.includes(a.content_type))
+
+/** `<receiver>!<policy domain>!<begin>!<end>[!id].xml[.gz|.zip]` (RFC 7489 §7.2.1.1). */
+const DMARC_AGGREGATE_NAME = /^[^!]+![^!]+!\d{9,}!\d{9,}(![^.]*)?\.(xml|xml\.gz|gz|zip)$/i
+
+const BOUNCE_SENDER = /^(mailer-daemon|postmaster|mail-daemon)@/i
+const BOUNCE_SUBJECT = /(undeliver|delivery status notification|returned mail|failure notice|delivery failure|mail delivery failed)/i
+
+export const classify = (p: ParsedEmail, raw: Buffer): EventType => {
+  const reportType = (p.contentTypeParams["report-type"] ?? "").toLowerCase()
+  const isReport = p.contentType === "multipart/report"
+
+  if (
+    (isReport && reportType === "tlsrpt") || p.headers["tls-report-domain"] !== undefined ||
+    hasPart(p, ["application/tlsrpt+json", "application/tlsrpt+gzip"])
+  ) return "email.tls_report"
+
+  if ((isReport && reportType === "feedback-report") || hasPart(p, ["message/feedback-report"])) {
+    // ARF is also used for abuse complaints; DMARC failure reports say Feedback-Type: auth-failure.
+    const head = raw.subarray(0, 256 * 1024).toString("latin1")
+    if (/^Feedback-Type:\s*auth-failure/im.test(head)) return "email.dmarc_failure"
+  }
+
+  if (
+    (isReport && reportType === "delivery-status") ||
+    hasPart(p, ["message/delivery-status", "message/global-delivery-status"]) ||
+    (p.from !== null && BOUNCE_SENDER.test(p.from.address) && BOUNCE_SUBJECT.test(p.subject ?? ""))
+  ) return "email.bounced"
+
+  if (
+    p.attachments.some((a) => a.filename !== null && DMARC_AGGREGATE_NAME.test(a.filename)) ||
+    (/^report domain:/i.test(p.subject ?? "") &&
+      hasPart(p, ["application/zip", "application/gzip", "application/x-gzip", "text/xml", "application/xml"]))
+  ) return "email.dmarc_report"
+
+  return "email.received"
+}

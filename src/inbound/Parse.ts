@@ -1,0 +1,121 @@
+/**
+ * MIME parsing with mailparser: the fields Mailroom stores and delivers. A message that cannot be
+ * parsed is still stored (raw) with `parse_error` set: accepted mail is never dropped for its shape.
+ */
+import { type AddressObject, simpleParser } from "mailparser"
+
+export interface ParsedAttachment {
+  readonly filename: string | null
+  readonly content_type: string
+  readonly size_bytes: number
+  readonly content_id: string | null
+  readonly disposition: string | null
+}
+
+export interface ParsedEmail {
+  readonly messageId: string | null
+  readonly inReplyTo: string | null
+  readonly references: ReadonlyArray<string>
+  readonly subject: string | null
+  readonly from: { readonly address: string; readonly name: string | null } | null
+  readonly to: ReadonlyArray<string>
+  readonly cc: ReadonlyArray<string>
+  readonly date: Date | null
+  /** Lower-cased header name → value (unfolded); repeated headers joined with "\n". */
+  readonly headers: Readonly<Record<string, string>>
+  readonly contentType: string
+  readonly contentTypeParams: Readonly<Record<string, string>>
+  readonly text: string | null
+  readonly html: string | null
+  readonly attachments: ReadonlyArray<ParsedAttachment>
+}
+
+const addresses = (value: AddressObject | Array<AddressObject> | undefined): Array<string> => {
+  if (value === undefined) return []
+  const list = Array.isArray(value) ? value : [value]
+  const out: Array<string> = []
+  const walk = (entries: AddressObject["value"]) => {
+    for (const e of entries) {
+      if (e.address) out.push(e.address.toLowerCase())
+      if (e.group) walk(e.group)
+    }
+  }
+  for (const a of list) walk(a.value)
+  return out
+}
+
+const MAX_ADDRESSES = 1000
+
+export const emptyParsed: ParsedEmail = {
+  messageId: null,
+  inReplyTo: null,
+  references: [],
+  subject: null,
+  from: null,
+  to: [],
+  cc: [],
+  date: null,
+  headers: {},
+  contentType: "text/plain",
+  contentTypeParams: {},
+  text: null,
+  html: null,
+  attachments: []
+}
+
+/** PostgreSQL text and jsonb cannot hold NUL characters; the raw MIME keeps the exact bytes. */
+const noNul = <A>(value: A): A => {
+  if (typeof value === "string") return (value.includes("\u0000") ? value.replace(/\u0000/g, "") : value) as A
+  if (Array.isArray(value)) return value.map(noNul) as A
+  if (value !== null && typeof value === "object" && !(value instanceof Date)) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [noNul(k), noNul(v)])) as A
+  }
+  return value
+}
+
+export const parseEmail = async (raw: Buffer): Promise<ParsedEmail> => noNul(await parseUnsafe(raw))
+
+const parseUnsafe = async (raw: Buffer): Promise<ParsedEmail> => {
+  const mail = await simpleParser(raw, {
+    skipHtmlToText: true,
+    skipTextToHtml: true,
+    skipImageLinks: true,
+    skipTextLinks: true
+  })
+  const headers: Record<string, string> = {}
+  for (const { key, line } of mail.headerLines) {
+    const colon = line.indexOf(":")
+    const value = (colon >= 0 ? line.slice(colon + 1) : "").replace(/\r?\n[ \t]+/g, " ").trim()
+    headers[key] = headers[key] === undefined ? value : `${headers[key]}\n${value}`
+  }
+  const ct = mail.headers.get("content-type")
+  const contentType = typeof ct === "object" && ct !== null && "value" in ct ? String(ct.value).toLowerCase() : "text/plain"
+  const params: Record<string, string> = {}
+  if (typeof ct === "object" && ct !== null && "params" in ct && ct.params) {
+    for (const [k, v] of Object.entries(ct.params as Record<string, string>)) params[k.toLowerCase()] = String(v)
+  }
+  const fromValue = mail.from?.value[0]
+  const refs = mail.references === undefined ? [] : Array.isArray(mail.references) ? mail.references : [mail.references]
+  return {
+    messageId: mail.messageId ?? null,
+    inReplyTo: mail.inReplyTo ?? null,
+    references: refs.slice(0, 1000),
+    subject: mail.subject ?? null,
+    from: fromValue?.address ? { address: fromValue.address.toLowerCase(), name: fromValue.name || null } : null,
+    to: addresses(mail.to).slice(0, MAX_ADDRESSES),
+    cc: addresses(mail.cc).slice(0, MAX_ADDRESSES),
+    date: mail.date && !Number.isNaN(mail.date.getTime()) ? mail.date : null,
+    headers,
+    contentType,
+    contentTypeParams: params,
+    text: mail.text ?? null,
+    html: typeof mail.html === "string" ? mail.html : null,
+    attachments: mail.attachments.map((a) => ({
+      filename: a.filename ?? null,
+      content_type: a.contentType.toLowerCase(),
+      size_bytes: a.size,
+      content_id: a.contentId ?? null,
+      disposition: a.contentDisposition ?? null
+    }))
+  }
+}

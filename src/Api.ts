@@ -7,6 +7,10 @@ import { Wire } from "./contract/Errors.js"
 import { AccountApi } from "./account/Api.js"
 import { AgentAccountsApi } from "./identity/Api.js"
 import { ServiceApi } from "./service/Api.js"
+import { DomainsApi } from "./domains/Api.js"
+import { EndpointsApi } from "./endpoints/Api.js"
+import { FiltersApi } from "./filters/Api.js"
+import { RoutesApi } from "./routes/Api.js"
 
 /**
  * HttpApi always declares its built-in `HttpApiDecodeError` (400); the server turns every decode
@@ -42,6 +46,10 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(ServiceApi)
   .add(AccountApi)
   .add(AgentAccountsApi)
+  .add(DomainsApi)
+  .add(EndpointsApi)
+  .add(FiltersApi)
+  .add(RoutesApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

@@ -10,6 +10,10 @@ import { MailroomApi } from "../Api.js"
 import { AccountHttpLive } from "../account/Http.js"
 import { AgentAccountsHttpLive } from "../identity/AgentAccountsHttp.js"
 import { ServiceHttpLive } from "../service/Http.js"
+import { DomainsHttpLive } from "../domains/Http.js"
+import { EndpointsHttpLive } from "../endpoints/Http.js"
+import { FiltersHttpLive } from "../filters/Http.js"
+import { RoutesHttpLive } from "../routes/Http.js"
 import { ServiceRoutesLive } from "../service/Routes.js"
 import { AuthenticationLive } from "./Authentication.js"
 import { AppConfig } from "./Config.js"
@@ -30,6 +34,7 @@ export const PlatformServicesLive = Layer.mergeAll(
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
   Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive]),
+  Layer.provide([DomainsHttpLive, EndpointsHttpLive, FiltersHttpLive, RoutesHttpLive]),
   Layer.provide(AuthenticationLive)
 )
 

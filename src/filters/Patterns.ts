@@ -34,7 +34,8 @@ export const parsePattern = (pattern: string): SenderPattern | undefined => {
   if (p.length === 0 || p.length > PATTERN_MAX_LENGTH) return undefined
   if (p.startsWith("@")) return isDomainName(p.slice(1)) ? { kind: "domain", domain: p.slice(1) } : undefined
   if (p.startsWith("*.")) return isDomainName(p.slice(2)) ? { kind: "subdomains", domain: p.slice(2) } : undefined
-  return isEmailAddress(p) ? { kind: "address", address: p } : undefined
+  // `*` is legal in a local part but here it would read as a wildcard that does nothing: refuse it.
+  return isEmailAddress(p) && !p.includes("*") ? { kind: "address", address: p } : undefined
 }
 
 /** The domain part of an address, lowercased (`undefined` without an `@`). */

@@ -15,6 +15,7 @@ import { ENTITLEMENTS } from "../contract/Plans.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { Dns } from "../net/Dns.js"
 import { AppConfig } from "../platform/Config.js"
+import { noStore } from "../platform/HttpHeaders.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
 import { randomToken } from "../platform/Secrets.js"
 import type { Domain } from "./Api.js"
@@ -124,6 +125,9 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
       .handle("verify", ({ path, payload }) =>
         Effect.gen(function*() {
           const org = yield* orgId
+          // A live check: never replayed from a derived idempotency key (a retry right after
+          // publishing the record must look again).
+          yield* noStore
           const row = yield* owned(org, path.id)
           if (row.verified_at !== null) return toDomain(row, managed)
           yield* limiter.enforce(`domains:verify:org:${org}`, VERIFIES_PER_MINUTE, "domain verification")

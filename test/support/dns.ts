@@ -25,7 +25,11 @@ export class TestDns extends Context.Tag("test/TestDns")<TestDns, TestDnsShape>(
 
 export const startDnsServer = Effect.acquireRelease(
   Effect.async<{ port: number; zone: Map<string, ZoneEntry>; queries: Array<string>; close: () => void }>((resume) => {
-    const zone = new Map<string, ZoneEntry>()
+    // Public names the tests use as ordinary webhook hosts.
+    const zone = new Map<string, ZoneEntry>([
+      ["example.com", { A: ["93.184.216.34"] }],
+      ["example.org", { A: ["93.184.215.14"] }]
+    ])
     const queries: Array<string> = []
     const socket = createSocket("udp4")
     socket.on("message", (msg, rinfo) => {

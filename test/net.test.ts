@@ -8,6 +8,7 @@ import { Effect, Either, Layer } from "effect"
 import { execFileSync } from "node:child_process"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { matchesSender, parsePattern } from "../src/filters/Patterns.js"
+import { evaluateFilters, evaluateRules } from "../src/filters/Evaluate.js"
 import { Dns } from "../src/net/Dns.js"
 import { checkUrl, classifyAddress, parseIp } from "../src/net/Ssrf.js"
 import { compareSpecificity, matchesRoute, parseRoutePattern } from "../src/routes/Patterns.js"
@@ -238,6 +239,31 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("net", (it) => {
       expect(sorted.map((x) => x.pattern)).toEqual(["bob+tag@acme.com", "b*+tag@acme.com", "*+tag@acme.com", "*@acme.com"])
       expect(parseRoutePattern("no-at-sign")).toBeUndefined()
       expect(parseRoutePattern("a@*.acme.com")).toBeUndefined()
+    })
+
+    it("filters: whitelist match admits, blocklist refuses, whitelists exclude everyone else", () => {
+      expect(evaluateFilters([], "a@x.com")).toEqual({ allowed: true, reason: "no_filters" })
+      const block = [{ type: "blocklist" as const, pattern: "@spam.example" }]
+      expect(evaluateFilters(block, "bot@spam.example")).toEqual({ allowed: false, reason: "blocklisted", pattern: "@spam.example" })
+      expect(evaluateFilters(block, "friend@ok.example")).toEqual({ allowed: true, reason: "not_blocked" })
+      const mixed = [...block, { type: "whitelist" as const, pattern: "ceo@spam.example" }]
+      expect(evaluateFilters(mixed, "CEO@spam.example").allowed).toBe(true)
+      expect(evaluateFilters(mixed, "friend@ok.example")).toEqual({ allowed: false, reason: "not_whitelisted" })
+    })
+
+    it("endpoint rules are ANDed; {} delivers everything; event_types match exactly", () => {
+      const m = { sender: "A@x.com", sizeBytes: 5000, attachmentBytes: 2 * 1024 * 1024, attachmentCount: 1, eventType: "email.received" }
+      expect(evaluateRules({}, m)).toEqual({ deliver: true })
+      expect(evaluateRules({ max_size_bytes: 4999 }, m)).toEqual({ deliver: false, rule: "max_size_bytes" })
+      expect(evaluateRules({ max_size_bytes: 5000 }, m)).toEqual({ deliver: true })
+      expect(evaluateRules({ exclude_attachments: true }, m)).toEqual({ deliver: false, rule: "exclude_attachments" })
+      expect(evaluateRules({ attachment_limit_mb: 1.5 }, m)).toEqual({ deliver: false, rule: "attachment_limit_mb" })
+      expect(evaluateRules({ attachment_limit_mb: 2 }, m)).toEqual({ deliver: true })
+      expect(evaluateRules({ sender_whitelist: ["a@x.com"] }, m)).toEqual({ deliver: true })
+      expect(evaluateRules({ sender_whitelist: ["b@x.com"] }, m)).toEqual({ deliver: false, rule: "sender_whitelist" })
+      expect(evaluateRules({ sender_blacklist: ["a@X.com"] }, m)).toEqual({ deliver: false, rule: "sender_blacklist" })
+      expect(evaluateRules({ event_types: ["email.bounced"] }, m)).toEqual({ deliver: false, rule: "event_types" })
+      expect(evaluateRules({ event_types: ["email.received", "x"], sender_whitelist: ["a@x.com"] }, m)).toEqual({ deliver: true })
     })
   })
 })

@@ -6,7 +6,9 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Layer, Option } from "effect"
+import { Effect, Layer, Option, Redacted } from "effect"
+import { execFile } from "node:child_process"
+import { AppConfig } from "../src/platform/Config.js"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { RouteResolver } from "../src/routes/Resolver.js"
@@ -30,8 +32,26 @@ const newOrg = (plan: Plan = "developer") =>
     return { orgId: org.id, token: key.apiKey, inbox: org.managedInboxAddress }
   })
 
-/** What `npm run admin -- set-plan <org> <plan>` runs. */
-const setPlan = (orgId: string, plan: Plan) => Effect.flatMap(Provisioning, (p) => p.setPlan(orgId, plan))
+/**
+ * `npm run admin -- set-plan <org> <plan>`. On PostgreSQL the real command runs in a child process
+ * against this file's database; the embedded database belongs to this process, so there the test
+ * calls what the command calls (Provisioning.setPlan).
+ */
+const setPlan = (orgId: string, plan: Plan) =>
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    if (Option.isNone(config.databaseUrl)) return yield* Effect.flatMap(Provisioning, (p) => p.setPlan(orgId, plan))
+    const databaseUrl = Redacted.value(config.databaseUrl.value)
+    const out = yield* Effect.promise(() =>
+      new Promise<string>((resolve, reject) =>
+        execFile("npx", ["tsx", "src/admin.ts", "set-plan", orgId, plan], {
+          env: { ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: "warning" }
+        }, (error, stdout, stderr) => error ? reject(new Error(`${error.message}\n${stderr}`)) : resolve(stdout))
+      )
+    )
+    expect(out).toContain(`org_id=${orgId} plan=${plan}`)
+    return Option.some(orgId)
+  })
 
 let seq = 0
 const uniqueDomain = (label: string) => `${label}-${++seq}-${Math.random().toString(36).slice(2, 7)}.test`

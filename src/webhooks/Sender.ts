@@ -6,7 +6,7 @@
 import { Effect } from "effect"
 import { request as httpRequest, type IncomingMessage } from "node:http"
 import { request as httpsRequest } from "node:https"
-import type { LookupFunction } from "node:net"
+import { isIP, type LookupFunction } from "node:net"
 import type { CheckedUrl } from "../net/Ssrf.js"
 
 export interface SendResult {
@@ -75,7 +75,8 @@ export const postJson = (options: SendOptions): Effect.Effect<SendResult> =>
       path: `${target.url.pathname}${target.url.search}`,
       method: "POST",
       lookup,
-      servername: target.hostname,
+      // SNI carries names only; an IP-literal URL sends none.
+      ...(isIP(target.hostname) === 0 ? { servername: target.hostname } : {}),
       agent: false,
       headers: {
         ...options.headers,

@@ -208,6 +208,24 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expectError(yield* call("POST", `/v1/domains/${cb.body.data.id}/verify`, { token: b.token }), 409, "conflict")
       }))
 
+    it.effect("verification is limited to 20 checks per minute per organization (429 rate_limit_exceeded)", () =>
+      Effect.gen(function*() {
+        const { token } = yield* newOrg()
+        const claim = yield* call("POST", "/v1/domains", { token, body: { domain: uniqueDomain("limit") } })
+        for (let i = 0; i < 20; i++) {
+          const r = yield* call("POST", `/v1/domains/${claim.body.data.id}/verify`, { token })
+          expect([i, r.status, r.body.data.verified]).toEqual([i, 200, false])
+        }
+        const limited = yield* call("POST", `/v1/domains/${claim.body.data.id}/verify`, { token })
+        expectError(limited, 429, "rate_limit_exceeded")
+        expect(Number(limited.headers.get("retry-after"))).toBeGreaterThan(0)
+        expect(limited.headers.get("ratelimit-limit")).toBe("20")
+        // Another organization is unaffected.
+        const other = yield* newOrg()
+        const theirs = yield* call("POST", "/v1/domains", { token: other.token, body: { domain: uniqueDomain("limit") } })
+        expect((yield* call("POST", `/v1/domains/${theirs.body.data.id}/verify`, { token: other.token })).status).toBe(200)
+      }))
+
     it.effect("GET /domains lists both shapes newest first with pagination; bad query parameters are 400", () =>
       Effect.gen(function*() {
         const { token } = yield* newOrg()

@@ -8,6 +8,10 @@ import { AccountApi } from "./account/Api.js"
 import { DownloadsApi, EmailsApi } from "./emails/Api.js"
 import { AgentAccountsApi } from "./identity/Api.js"
 import { ServiceApi } from "./service/Api.js"
+import { DomainsApi } from "./domains/Api.js"
+import { EndpointsApi } from "./endpoints/Api.js"
+import { FiltersApi } from "./filters/Api.js"
+import { RoutesApi } from "./routes/Api.js"
 
 /**
  * HttpApi always declares its built-in `HttpApiDecodeError` (400); the server turns every decode
@@ -43,6 +47,10 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(ServiceApi)
   .add(AccountApi)
   .add(AgentAccountsApi)
+  .add(DomainsApi)
+  .add(EndpointsApi)
+  .add(FiltersApi)
+  .add(RoutesApi)
   .add(EmailsApi)
   .add(DownloadsApi)
   .addError(Wire.ValidationError)

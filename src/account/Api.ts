@@ -1,7 +1,7 @@
 /** Contract of the Account area (SPEC.md "Account"). */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { DateTimeString, Ok } from "../contract/Envelope.js"
+import { DateTimeString, IdempotencyHeaders, Ok, strict } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { PlanLimits } from "../contract/Plans.js"
 import { Authentication } from "../contract/Security.js"
@@ -25,12 +25,79 @@ export const Account = Schema.Struct({
 }).annotations({ identifier: "Account" })
 export type Account = typeof Account.Type
 
+export const AccountUpdateResult = Schema.Struct({
+  id: Schema.UUID,
+  email: Schema.String,
+  plan: Schema.String,
+  spam_threshold: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
+  discard_content_on_webhook_confirmed: Schema.Boolean
+}).annotations({ identifier: "AccountUpdate" })
+export type AccountUpdateResult = typeof AccountUpdateResult.Type
+
+export const SpamThreshold = Schema.Number.pipe(Schema.between(0, 15)).annotations({
+  description: "0 to 15 inclusive; mail scoring above it is rejected",
+  message: () => "must be a number from 0 to 15, or null"
+})
+
+export const UpdateAccount = strict(Schema.Struct({
+  spam_threshold: Schema.optionalWith(Schema.NullOr(SpamThreshold), { exact: true }).annotations({
+    description: "0 to 15; null disables spam rejection"
+  }),
+  discard_content_on_webhook_confirmed: Schema.optionalWith(Schema.Boolean, { exact: true })
+})).pipe(
+  Schema.filter((b) => Object.keys(b).length > 0 || "at least one property is required"),
+  Schema.annotations({ identifier: "UpdateAccount" })
+)
+
+export const StorageStatistics = Schema.Struct({
+  used_bytes: Schema.Int,
+  used_kb: Schema.Number.annotations({ description: "one decimal" }),
+  used_mb: Schema.Number.annotations({ description: "two decimals" }),
+  quota_mb: Schema.Number.annotations({ description: "from the plan" }),
+  percentage: Schema.Number.annotations({ description: "percent of the quota used, one decimal" }),
+  emails_count: Schema.Int
+}).annotations({ identifier: "StorageStatistics" })
+export type StorageStatistics = typeof StorageStatistics.Type
+
+export const WebhookSecret = Schema.Struct({
+  secret: Schema.String.annotations({
+    description: "HMAC-SHA256 key for Mailroom-Signature; looks base64 but is used as the UTF-8 string itself"
+  })
+}).annotations({ identifier: "WebhookSecret" })
+
 export class AccountApi extends HttpApiGroup.make("account")
   .add(
     HttpApiEndpoint.get("get", "/account")
       .addSuccess(Ok(Account, "Account"))
       .addError(Wire.NotFound)
       .annotate(OpenApi.Summary, "The caller's organization: plan, limits, entitlements and settings")
+  )
+  .add(
+    HttpApiEndpoint.patch("update", "/account")
+      .setPayload(UpdateAccount)
+      .addSuccess(Ok(AccountUpdateResult, "AccountUpdate"))
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "Change account settings: spam_threshold, discard_content_on_webhook_confirmed")
+  )
+  .add(
+    HttpApiEndpoint.get("storage", "/account/storage")
+      .addSuccess(Ok(StorageStatistics, "StorageStatistics"))
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "Storage used by stored emails, against the plan's quota")
+  )
+  .add(
+    HttpApiEndpoint.get("webhookSecret", "/account/webhook-secret")
+      .addSuccess(Ok(WebhookSecret, "WebhookSecret"))
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "The webhook signing secret (created on first read)")
+  )
+  .add(
+    HttpApiEndpoint.post("rotateWebhookSecret", "/account/webhook-secret/rotate")
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Ok(WebhookSecret, "WebhookSecret"))
+      .addError(Wire.NotFound)
+      .addError(Wire.RateLimitExceeded)
+      .annotate(OpenApi.Summary, "Replace the webhook secret (once per 60 minutes); the old one stops working at once")
   )
   .middleware(Authentication)
   .annotate(OpenApi.Description, "Account settings, storage usage and the webhook signing secret")

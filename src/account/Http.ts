@@ -4,18 +4,31 @@ import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import { noStore } from "../platform/HttpHeaders.js"
 import { AccountRepo } from "./Repo.js"
+import { WebhookSecrets } from "./WebhookSecret.js"
+
+const orNotFound = <A, E, R>(effect: Effect.Effect<Option.Option<A>, E, R>) =>
+  Effect.flatMap(effect, Option.match({
+    onNone: () => Effect.fail(new NotFound({ message: "account not found" })),
+    onSome: Effect.succeed
+  }))
 
 export const AccountHttpLive = HttpApiBuilder.group(MailroomApi, "account", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* AccountRepo
-    return handlers.handle("get", () =>
-      Effect.gen(function*() {
-        const principal = yield* CurrentPrincipal
-        const account = yield* repo.find(principal.orgId)
-        return yield* Option.match(account, {
-          onNone: () => Effect.fail(new NotFound({ message: "account not found" })),
-          onSome: Effect.succeed
-        })
-      }))
-  })).pipe(Layer.provide(AccountRepo.Default))
+    const secrets = yield* WebhookSecrets
+    const orgId = Effect.map(CurrentPrincipal, (p) => p.orgId)
+    return handlers
+      .handle("get", () => orNotFound(Effect.flatMap(orgId, repo.find)))
+      .handle("update", ({ payload }) => orNotFound(Effect.flatMap(orgId, (id) => repo.update(id, payload))))
+      .handle("storage", () => orNotFound(Effect.flatMap(orgId, repo.storage)))
+      .handle("webhookSecret", () =>
+        Effect.zipRight(noStore, orNotFound(Effect.flatMap(orgId, secrets.get))).pipe(
+          Effect.map((secret) => ({ secret }))
+        ))
+      .handle("rotateWebhookSecret", () =>
+        Effect.zipRight(noStore, orNotFound(Effect.flatMap(orgId, secrets.rotate))).pipe(
+          Effect.map((secret) => ({ secret }))
+        ))
+  })).pipe(Layer.provide([AccountRepo.Default, WebhookSecrets.Default]))

@@ -2,7 +2,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import { ENTITLEMENTS, LIMITS, type Plan } from "../contract/Plans.js"
-import type { Account } from "./Api.js"
+import type { Account, AccountUpdateResult, StorageStatistics } from "./Api.js"
 
 interface AccountRow {
   id: string
@@ -56,6 +56,61 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
         Effect.orDie
       )
 
-    return { find } as const
+    const update = (
+      orgId: string,
+      patch: { readonly spam_threshold?: number | null; readonly discard_content_on_webhook_confirmed?: boolean }
+    ) =>
+      Effect.gen(function*() {
+        const has = (k: keyof typeof patch) => Object.prototype.hasOwnProperty.call(patch, k)
+        yield* sql`
+          UPDATE organizations SET
+            spam_threshold = CASE WHEN ${has("spam_threshold")} THEN ${patch.spam_threshold ?? null}::numeric
+                                  ELSE spam_threshold END,
+            discard_content_on_webhook_confirmed = coalesce(${patch.discard_content_on_webhook_confirmed ?? null}::boolean,
+                                  discard_content_on_webhook_confirmed),
+            updated_at = now()
+          WHERE id = ${orgId}`
+        const account = yield* find(orgId)
+        return Option.map(account, (a): AccountUpdateResult => ({
+          id: a.id,
+          email: a.email,
+          plan: a.plan,
+          spam_threshold: a.spam_threshold,
+          discard_content_on_webhook_confirmed: a.discard_content_on_webhook_confirmed
+        }))
+      }).pipe(Effect.orDie)
+
+    /**
+     * Usage computed from the stored emails of the inbound pipeline (table `emails`, columns
+     * `org_id` and `size_bytes`); before that table exists the usage is zero.
+     */
+    const storage = (orgId: string) =>
+      Effect.gen(function*() {
+        const plan = yield* sql<{ plan: Plan }>`SELECT plan FROM organizations WHERE id = ${orgId}`
+        if (plan[0] === undefined) return Option.none<StorageStatistics>()
+        const exists = yield* sql<{ present: boolean }>`SELECT to_regclass('emails') IS NOT NULL AS present`
+        const usage = exists[0]?.present
+          ? yield* sql<{ bytes: string; n: string }>`
+              SELECT coalesce(sum(size_bytes), 0)::bigint AS bytes, count(*)::bigint AS n FROM emails WHERE org_id = ${orgId}`
+          : [{ bytes: "0", n: "0" }]
+        return Option.some(storageStatistics(Number(usage[0]!.bytes), Number(usage[0]!.n), LIMITS[plan[0].plan].storage_mb))
+      }).pipe(Effect.orDie)
+
+    return { find, update, storage } as const
   })
 }) {}
+
+const round = (value: number, decimals: number) => {
+  const f = 10 ** decimals
+  return Math.round(value * f) / f
+}
+
+/** SPEC.md "Storage statistics": KB with one decimal, MB with two, percentage with one. */
+export const storageStatistics = (usedBytes: number, emailsCount: number, quotaMb: number): StorageStatistics => ({
+  used_bytes: usedBytes,
+  used_kb: round(usedBytes / 1024, 1),
+  used_mb: round(usedBytes / (1024 * 1024), 2),
+  quota_mb: quotaMb,
+  percentage: quotaMb > 0 ? round((usedBytes / (quotaMb * 1024 * 1024)) * 100, 1) : 0,
+  emails_count: emailsCount
+})

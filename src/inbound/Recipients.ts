@@ -37,7 +37,7 @@ export class Recipients extends Effect.Service<Recipients>()("mailroom/Recipient
       sql<{ id: string; org_id: string; threshold: string | null }>`
         SELECT d.id, d.org_id, coalesce(d.spam_threshold, o.spam_threshold) AS threshold
         FROM domains d JOIN organizations o ON o.id = d.org_id
-        WHERE d.name = ${domain} AND d.verified_at IS NOT NULL AND d.is_active`.pipe(
+        WHERE d.domain = ${domain} AND d.verified_at IS NOT NULL AND d.is_active`.pipe(
         Effect.map((rows) =>
           Option.map(Option.fromNullable(rows[0]), (r) => ({
             address,

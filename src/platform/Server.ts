@@ -15,6 +15,10 @@ import { SmtpServerLive } from "../inbound/SmtpServer.js"
 import { Recipients } from "../inbound/Recipients.js"
 import { InboundStore } from "../inbound/Store.js"
 import { ServiceHttpLive } from "../service/Http.js"
+import { DomainsHttpLive } from "../domains/Http.js"
+import { EndpointsHttpLive } from "../endpoints/Http.js"
+import { FiltersHttpLive } from "../filters/Http.js"
+import { RoutesHttpLive } from "../routes/Http.js"
 import { ServiceRoutesLive } from "../service/Routes.js"
 import { AuthenticationLive } from "./Authentication.js"
 import { AppConfig } from "./Config.js"
@@ -38,6 +42,7 @@ export const PlatformServicesLive = Layer.mergeAll(
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
   Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive, EmailsHttpLive, DownloadsHttpLive]),
+  Layer.provide([DomainsHttpLive, EndpointsHttpLive, FiltersHttpLive, RoutesHttpLive]),
   Layer.provide(AuthenticationLive)
 )
 

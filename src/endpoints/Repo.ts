@@ -1,0 +1,141 @@
+/** SQL of the Endpoints area. A deactivated endpoint (DELETE) stays as a tombstone for deliveries. */
+import { SqlClient } from "@effect/sql"
+import { Effect, Option } from "effect"
+import { Conflict } from "../contract/Errors.js"
+import type { Position } from "../contract/Paging.js"
+import { catchUnique } from "../platform/SqlErrors.js"
+import type { Endpoint, Rules } from "./Api.js"
+
+export interface EndpointRow {
+  readonly id: string
+  readonly org_id: string
+  readonly kind: "http" | "function"
+  readonly url: string | null
+  readonly function_id: string | null
+  readonly enabled: boolean
+  readonly domain_id: string | null
+  readonly rules: Rules
+  readonly is_route_target: boolean
+  readonly deactivated_at: Date | null
+  readonly created_at: Date
+  readonly updated_at: Date
+}
+
+export const toEndpoint = (r: EndpointRow): Endpoint => ({
+  id: r.id,
+  kind: r.kind,
+  url: r.url,
+  function_id: r.function_id,
+  enabled: r.enabled,
+  domain_id: r.domain_id,
+  rules: r.rules,
+  is_route_target: r.is_route_target,
+  created_at: r.created_at,
+  updated_at: r.updated_at
+})
+
+const slotConflict = (constraint: string) =>
+  new Conflict({
+    message: constraint === "endpoints_function"
+      ? "this function already has an endpoint"
+      : "another active default-destination endpoint already occupies this slot (one per domain, one organization fallback); " +
+        "disable or delete it first, or create this one with is_route_target: true",
+    details: { constraint: constraint === "endpoints_function" ? "function" : "slot" }
+  })
+
+export class EndpointsRepo extends Effect.Service<EndpointsRepo>()("mailroom/EndpointsRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const insert = (e: {
+      orgId: string
+      kind: "http" | "function"
+      url: string | null
+      functionId: string | null
+      enabled: boolean
+      domainId: string | null
+      rules: Rules
+      isRouteTarget: boolean
+    }) =>
+      catchUnique(
+        sql<EndpointRow>`
+          INSERT INTO endpoints (org_id, kind, url, function_id, enabled, domain_id, rules, is_route_target)
+          VALUES (${e.orgId}, ${e.kind}, ${e.url}, ${e.functionId}, ${e.enabled}, ${e.domainId},
+                  ${JSON.stringify(e.rules)}::jsonb, ${e.isRouteTarget})
+          RETURNING *`,
+        slotConflict
+      ).pipe(Effect.map((rows) => rows[0]!))
+
+    /** An active (not deactivated) endpoint of the organization. */
+    const find = (orgId: string, id: string) =>
+      sql<EndpointRow>`SELECT * FROM endpoints WHERE id = ${id} AND org_id = ${orgId} AND deactivated_at IS NULL`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    /** Any endpoint of the organization, deactivated ones included (deliveries, replays). */
+    const findAny = (orgId: string, id: string) =>
+      sql<EndpointRow>`SELECT * FROM endpoints WHERE id = ${id} AND org_id = ${orgId}`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    const findByFunction = (orgId: string, functionId: string) =>
+      sql<EndpointRow>`SELECT * FROM endpoints WHERE org_id = ${orgId} AND function_id = ${functionId}
+                       AND deactivated_at IS NULL`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
+
+    const list = (orgId: string, limit: number, after: Position | undefined) =>
+      Effect.all([
+        after === undefined
+          ? sql<EndpointRow>`SELECT * FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL
+              ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`
+          : sql<EndpointRow>`SELECT * FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL
+              AND (created_at, id) < (${after.createdAt}, ${after.id}::uuid)
+              ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`,
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL`
+      ]).pipe(Effect.map(([rows, count]) => ({ rows, total: count[0]!.n })), Effect.orDie)
+
+    /** The active, enabled default-destination endpoint of a slot (domain id, or null for the fallback). */
+    const slotHolder = (orgId: string, domainId: string | null, exceptId: string | null) =>
+      sql<EndpointRow>`SELECT * FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL AND enabled
+          AND NOT is_route_target AND domain_id IS NOT DISTINCT FROM ${domainId}::uuid
+          AND id IS DISTINCT FROM ${exceptId}::uuid`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
+
+    /** Active, enabled organization-wide webhooks (http endpoints without a domain). */
+    const countGlobalWebhooks = (orgId: string, exceptId: string | null) =>
+      sql<{ n: number }>`SELECT count(*)::int AS n FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL
+          AND enabled AND kind = 'http' AND domain_id IS NULL AND id IS DISTINCT FROM ${exceptId}::uuid`.pipe(
+        Effect.map((rows) => rows[0]!.n),
+        Effect.orDie
+      )
+
+    const update = (id: string, patch: {
+      readonly url?: string
+      readonly enabled?: boolean
+      readonly domain_id?: string | null
+      readonly rules?: Rules
+    }) =>
+      catchUnique(
+        sql<EndpointRow>`
+          UPDATE endpoints SET
+            url = coalesce(${patch.url ?? null}, url),
+            enabled = coalesce(${patch.enabled ?? null}::boolean, enabled),
+            domain_id = CASE WHEN ${patch.domain_id !== undefined} THEN ${patch.domain_id ?? null}::uuid ELSE domain_id END,
+            rules = coalesce(${patch.rules === undefined ? null : JSON.stringify(patch.rules)}::jsonb, rules),
+            updated_at = now()
+          WHERE id = ${id} RETURNING *`,
+        slotConflict
+      ).pipe(Effect.map((rows) => rows[0]!))
+
+    /** Deactivates the endpoint and removes the routes bound to it. */
+    const deactivate = (orgId: string, id: string) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const rows = yield* sql<EndpointRow>`UPDATE endpoints SET deactivated_at = now(), updated_at = now()
+            WHERE id = ${id} AND org_id = ${orgId} AND deactivated_at IS NULL RETURNING *`
+        if (rows[0] !== undefined) yield* sql`DELETE FROM routes WHERE endpoint_id = ${id}`
+        return Option.fromNullable(rows[0])
+      })).pipe(Effect.orDie)
+
+    return { insert, find, findAny, findByFunction, list, slotHolder, countGlobalWebhooks, update, deactivate } as const
+  })
+}) {}

@@ -1,0 +1,63 @@
+/**
+ * Applying organization filters and endpoint rules to one inbound message (CONTRACT.md "Delivery":
+ * organization filters, then the endpoint's `rules`, then its `event_types`), for the inbound
+ * pipeline. Pure functions: the caller loads the filters (FiltersRepo.applicable) and the endpoint.
+ */
+import type { Rules } from "../endpoints/Api.js"
+import { matchesSender } from "./Patterns.js"
+
+export interface FilterLike {
+  readonly type: "whitelist" | "blocklist"
+  readonly pattern: string
+}
+
+export type FilterVerdict =
+  | { readonly allowed: true; readonly reason: "no_filters" | "whitelisted" | "not_blocked" }
+  | { readonly allowed: false; readonly reason: "blocklisted" | "not_whitelisted"; readonly pattern?: string }
+
+/**
+ * A whitelist match always admits the sender (so `@acme.com` can be blocked while `ceo@acme.com`
+ * is allowed); otherwise a blocklist match refuses it; otherwise, when any whitelist applies, the
+ * sender is refused for not being on it.
+ */
+export const evaluateFilters = (filters: ReadonlyArray<FilterLike>, sender: string): FilterVerdict => {
+  if (filters.length === 0) return { allowed: true, reason: "no_filters" }
+  const whitelists = filters.filter((f) => f.type === "whitelist")
+  if (whitelists.some((f) => matchesSender(f.pattern, sender))) return { allowed: true, reason: "whitelisted" }
+  const blocked = filters.find((f) => f.type === "blocklist" && matchesSender(f.pattern, sender))
+  if (blocked !== undefined) return { allowed: false, reason: "blocklisted", pattern: blocked.pattern }
+  if (whitelists.length > 0) return { allowed: false, reason: "not_whitelisted" }
+  return { allowed: true, reason: "not_blocked" }
+}
+
+export interface MessageFacts {
+  readonly sender: string
+  /** Approximate total size of the message in bytes. */
+  readonly sizeBytes: number
+  /** Approximate total size of its attachments in bytes. */
+  readonly attachmentBytes: number
+  readonly attachmentCount: number
+  readonly eventType: string
+}
+
+export type RuleVerdict = { readonly deliver: true } | { readonly deliver: false; readonly rule: keyof Rules }
+
+const MB = 1024 * 1024
+
+/** All present rules ANDed; `{}` delivers everything. Sender lists compare addresses case-insensitively. */
+export const evaluateRules = (rules: Rules, m: MessageFacts): RuleVerdict => {
+  const sender = m.sender.trim().toLowerCase()
+  if (rules.max_size_bytes !== undefined && m.sizeBytes > rules.max_size_bytes) return { deliver: false, rule: "max_size_bytes" }
+  if (rules.exclude_attachments === true && m.attachmentCount > 0) return { deliver: false, rule: "exclude_attachments" }
+  if (rules.attachment_limit_mb !== undefined && m.attachmentBytes > rules.attachment_limit_mb * MB) {
+    return { deliver: false, rule: "attachment_limit_mb" }
+  }
+  if (rules.sender_whitelist !== undefined && !rules.sender_whitelist.some((a) => a.trim().toLowerCase() === sender)) {
+    return { deliver: false, rule: "sender_whitelist" }
+  }
+  if (rules.sender_blacklist !== undefined && rules.sender_blacklist.some((a) => a.trim().toLowerCase() === sender)) {
+    return { deliver: false, rule: "sender_blacklist" }
+  }
+  if (rules.event_types !== undefined && !rules.event_types.includes(m.eventType)) return { deliver: false, rule: "event_types" }
+  return { deliver: true }
+}

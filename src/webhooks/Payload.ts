@@ -1,0 +1,126 @@
+/**
+ * The email event payload of CONTRACT.md "Delivery", one shape for HTTP endpoints and functions:
+ * `{id: "evt_…", event, created_at, email: {…}}`. `id` is the event id, stable across retries and
+ * replays, so the caller builds it once and stores the serialized body.
+ */
+import { randomToken } from "../platform/Secrets.js"
+
+export const TEXT_LIMIT_BYTES = 256 * 1024
+
+export interface EmailAuth {
+  readonly spf: string
+  readonly dkim: string
+  readonly dmarc: string
+}
+
+export interface PayloadAttachment {
+  readonly filename: string | null
+  readonly content_type: string
+  readonly size_bytes: number
+  readonly download_url: string
+}
+
+export interface EmailPayload {
+  readonly id: string
+  readonly message_id: string | null
+  readonly from: string
+  readonly to: ReadonlyArray<string>
+  readonly recipient: string
+  readonly subject: string
+  readonly date: string | null
+  readonly in_reply_to: string | null
+  readonly references: ReadonlyArray<string>
+  readonly text: string | null
+  readonly html: string | null
+  readonly headers: Readonly<Record<string, string>>
+  readonly size_bytes: number
+  readonly spam_score: number | null
+  readonly auth: EmailAuth
+  readonly attachments: ReadonlyArray<PayloadAttachment>
+  readonly raw_url: string
+  readonly attachments_url: string
+  readonly content_truncated: boolean
+}
+
+export interface EmailEvent {
+  readonly id: string
+  readonly event: string
+  readonly created_at: string
+  readonly email: EmailPayload
+}
+
+export const newEventId = () => `evt_${randomToken(24)}`
+
+/** Cuts a string to at most `limit` UTF-8 bytes without splitting a character. */
+export const truncateUtf8 = (s: string, limit: number): { value: string; truncated: boolean } => {
+  const bytes = Buffer.from(s, "utf8")
+  if (bytes.length <= limit) return { value: s, truncated: false }
+  let end = limit
+  while (end > 0 && (bytes[end]! & 0xc0) === 0x80) end--
+  return { value: bytes.subarray(0, end).toString("utf8"), truncated: true }
+}
+
+export type EmailInput = Omit<EmailPayload, "content_truncated" | "text" | "html"> & {
+  readonly text: string | null
+  readonly html: string | null
+}
+
+/** Builds the event, applying the 256 KiB cut to `text` and `html`. */
+export const buildEmailEvent = (input: {
+  readonly eventId: string
+  readonly event: string
+  readonly createdAt: Date
+  readonly email: EmailInput
+}): EmailEvent => {
+  const text = input.email.text === null ? null : truncateUtf8(input.email.text, TEXT_LIMIT_BYTES)
+  const html = input.email.html === null ? null : truncateUtf8(input.email.html, TEXT_LIMIT_BYTES)
+  return {
+    id: input.eventId,
+    event: input.event,
+    created_at: input.createdAt.toISOString(),
+    email: {
+      ...input.email,
+      text: text?.value ?? null,
+      html: html?.value ?? null,
+      content_truncated: (text?.truncated ?? false) || (html?.truncated ?? false)
+    }
+  }
+}
+
+/** The serialized body that is signed and sent: the exact bytes matter for the signature. */
+export const serializeEvent = (event: EmailEvent) => JSON.stringify(event)
+
+/** A synthetic `email.received` for endpoint test sends; ids and URLs are recognisably fake. */
+export const syntheticEmailReceived = (input: {
+  readonly publicBaseUrl: string
+  readonly recipient: string
+  readonly now: Date
+}): EmailEvent => {
+  const emailId = "00000000-0000-4000-8000-000000000000"
+  const body = "This is a test event sent by Mailroom to check your endpoint. No email was received."
+  return buildEmailEvent({
+    eventId: newEventId(),
+    event: "email.received",
+    createdAt: input.now,
+    email: {
+      id: emailId,
+      message_id: `<test-${randomToken(12)}@mailroom.test>`,
+      from: "Mailroom Test <test@mailroom.test>",
+      to: [input.recipient],
+      recipient: input.recipient,
+      subject: "Mailroom test event",
+      date: input.now.toISOString(),
+      in_reply_to: null,
+      references: [],
+      text: body,
+      html: `<p>${body}</p>`,
+      headers: { "x-mailroom-test": "true" },
+      size_bytes: 512,
+      spam_score: 0,
+      auth: { spf: "none", dkim: "none", dmarc: "none" },
+      attachments: [],
+      raw_url: `${input.publicBaseUrl}/v1/emails/${emailId}/raw?token=test`,
+      attachments_url: `${input.publicBaseUrl}/v1/emails/${emailId}/attachments.tar.gz?token=test`
+    }
+  })
+}

@@ -5,6 +5,7 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { Wire } from "./contract/Errors.js"
 import { AccountApi } from "./account/Api.js"
+import { DeliveriesApi } from "./deliveries/Api.js"
 import { DownloadsApi, EmailsApi } from "./emails/Api.js"
 import { AgentAccountsApi } from "./identity/Api.js"
 import { ServiceApi } from "./service/Api.js"
@@ -53,6 +54,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(RoutesApi)
   .add(EmailsApi)
   .add(DownloadsApi)
+  .add(DeliveriesApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

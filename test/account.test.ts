@@ -82,10 +82,12 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("account", (it) => {
         expect(empty.status).toBe(200)
         expect(empty.body.data).toEqual({ used_bytes: 0, used_kb: 0, used_mb: 0, quota_mb: 1024, percentage: 0, emails_count: 0 })
         // The inbound pipeline's table; created here when this branch runs without it.
-        yield* sql`CREATE TABLE IF NOT EXISTS emails (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), org_id uuid NOT NULL, size_bytes bigint NOT NULL)`
         const sizes = [1000, 250_000, 3_000_000, 7_000_000]
-        for (const s of sizes) yield* sql`INSERT INTO emails (org_id, size_bytes) VALUES (${orgId}, ${s})`
-        yield* sql`INSERT INTO emails (org_id, size_bytes) VALUES (${other.orgId}, ${999_999_999})`
+        const insert = (org: string, size: number) =>
+          sql`INSERT INTO emails (org_id, recipient, size_bytes, event_type, status)
+              VALUES (${org}, 'a@agents.localhost', ${size}, 'email.received', 'accepted')`
+        for (const s of sizes) yield* insert(orgId, s)
+        yield* insert(other.orgId, 999_999_999)
         const r = yield* call("GET", "/v1/account/storage", { token })
         const used = sizes.reduce((a, b) => a + b, 0)
         expect(r.body.data).toEqual({

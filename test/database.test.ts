@@ -12,7 +12,7 @@ import { appConfig } from "../src/platform/Config.js"
 import { execFile } from "node:child_process"
 import { readdirSync } from "node:fs"
 import { MIGRATIONS_DIR, migrate } from "../src/platform/Database.js"
-import { HttpLive, PlatformServicesLive, loggerLayer } from "../src/platform/Server.js"
+import { DeliveryServicesLive, HttpLive, PlatformServicesLive, loggerLayer } from "../src/platform/Server.js"
 import { freePort, scratchDatabase, tempDir, testConfigLayer } from "./support/harness.js"
 import { fetchReply } from "./support/http.js"
 
@@ -136,6 +136,7 @@ describe("database", () => {
       yield* Effect.provide(migrate(), client)
       yield* Layer.build(
         HttpLive.pipe(
+          Layer.provide(DeliveryServicesLive),
           Layer.provide(PlatformServicesLive),
           Layer.provide(loggerLayer),
           Layer.provide(Layer.succeedContext(client)),

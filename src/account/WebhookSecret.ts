@@ -20,12 +20,17 @@ export class WebhookSecrets extends Effect.Service<WebhookSecrets>()("mailroom/W
 
     /** The organization's secret, created atomically if it has none (None: no such organization). */
     const get = (orgId: string) =>
-      sql<{ webhook_secret: string }>`
-        UPDATE organizations SET webhook_secret = coalesce(webhook_secret, ${newWebhookSecret()})
-        WHERE id = ${orgId} RETURNING webhook_secret`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0]?.webhook_secret)),
-        Effect.orDie
-      )
+      Effect.gen(function*() {
+        // Read first: every delivery attempt signs with it, and a read costs no commit.
+        const existing = yield* sql<{ webhook_secret: string | null }>`
+          SELECT webhook_secret FROM organizations WHERE id = ${orgId}`
+        if (existing[0] === undefined) return Option.none<string>()
+        if (existing[0].webhook_secret !== null) return Option.some(existing[0].webhook_secret)
+        const rows = yield* sql<{ webhook_secret: string }>`
+          UPDATE organizations SET webhook_secret = coalesce(webhook_secret, ${newWebhookSecret()})
+          WHERE id = ${orgId} RETURNING webhook_secret`
+        return Option.fromNullable(rows[0]?.webhook_secret)
+      }).pipe(Effect.orDie)
 
     /**
      * Replaces the secret unless it was rotated less than 60 minutes ago: then 429

@@ -24,8 +24,13 @@ export class Recipients extends Effect.Service<Recipients>()("mailroom/Recipient
         const address = normalizeAddress(raw)
         const at = address.lastIndexOf("@")
         if (at <= 0 || at === address.length - 1) return Option.none()
+        // `local+tag@` reaches the managed inbox `local@` (sub-addressing).
+        const local = address.slice(0, at)
+        const plus = local.indexOf("+")
+        const base = plus > 0 ? `${local.slice(0, plus)}${address.slice(at)}` : address
         const managed = yield* sql<{ id: string; spam_threshold: string | null }>`
-          SELECT id, spam_threshold FROM organizations WHERE managed_inbox_address = ${address}`
+          SELECT id, spam_threshold FROM organizations
+          WHERE managed_inbox_address = ${address} OR managed_inbox_address = ${base} LIMIT 1`
         if (managed[0]) {
           const t = managed[0].spam_threshold
           return Option.some({ address, orgId: managed[0].id, domainId: null, spamThreshold: t === null ? null : Number(t) })

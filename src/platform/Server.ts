@@ -8,6 +8,10 @@ import { Effect, Layer, Logger, LogLevel } from "effect"
 import { createServer } from "node:http"
 import { MailroomApi } from "../Api.js"
 import { AccountHttpLive } from "../account/Http.js"
+import { DeliveriesHttpLive } from "../deliveries/Http.js"
+import { DeliveryAttempts, DispatcherLive } from "../deliveries/Dispatcher.js"
+import { OnEmailStoredLive } from "../deliveries/Enqueue.js"
+import { DeliveryQueue } from "../deliveries/Queue.js"
 import { DownloadsHttpLive, EmailsHttpLive } from "../emails/Http.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { AgentAccountsHttpLive } from "../identity/AgentAccountsHttp.js"
@@ -20,6 +24,13 @@ import { EndpointsHttpLive } from "../endpoints/Http.js"
 import { FiltersHttpLive } from "../filters/Http.js"
 import { RoutesHttpLive } from "../routes/Http.js"
 import { ServiceRoutesLive } from "../service/Routes.js"
+import { WebhookSecrets } from "../account/WebhookSecret.js"
+import { DomainsRepo } from "../domains/Repo.js"
+import { EndpointsRepo } from "../endpoints/Repo.js"
+import { FiltersRepo } from "../filters/Repo.js"
+import { Dns } from "../net/Dns.js"
+import { RouteResolver } from "../routes/Resolver.js"
+import { RoutesRepo } from "../routes/Repo.js"
 import { AuthenticationLive } from "./Authentication.js"
 import { AppConfig } from "./Config.js"
 import { Credentials } from "./Credentials.js"
@@ -40,8 +51,19 @@ export const PlatformServicesLive = Layer.mergeAll(
   InboundStore.Default
 )
 
+/** Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers. */
+export const DeliveryServicesLive = Layer.mergeAll(
+  DeliveryAttempts.Default,
+  OnEmailStoredLive,
+  DeliveryQueue.Default,
+  EndpointsRepo.Default
+).pipe(
+  Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FiltersRepo.Default]),
+  Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default])
+)
+
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
-  Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive, EmailsHttpLive, DownloadsHttpLive]),
+  Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive, EmailsHttpLive, DownloadsHttpLive, DeliveriesHttpLive]),
   Layer.provide([DomainsHttpLive, EndpointsHttpLive, FiltersHttpLive, RoutesHttpLive]),
   Layer.provide(AuthenticationLive)
 )
@@ -78,7 +100,8 @@ export const loggerLayer = Layer.unwrapEffect(Effect.map(AppConfig, (c) =>
 const capitalize = (s: string) => (s.charAt(0).toUpperCase() + s.slice(1)) as LogLevel.Literal
 
 /** The whole service over an AppConfig. */
-export const ServiceLive = Layer.mergeAll(HttpLive, SmtpServerLive, MaintenanceLive).pipe(
+export const ServiceLive = Layer.mergeAll(HttpLive, SmtpServerLive, DispatcherLive(), MaintenanceLive).pipe(
+  Layer.provide(DeliveryServicesLive),
   Layer.provide(PlatformServicesLive),
   Layer.provide(DatabaseLive),
   Layer.provide(loggerLayer)

@@ -15,7 +15,8 @@ import pg from "pg"
 import { AppConfig, appConfig } from "../../src/platform/Config.js"
 import { DatabaseLive } from "../../src/platform/Database.js"
 import { SmtpServerLive } from "../../src/inbound/SmtpServer.js"
-import { HttpLive, loggerLayer, PlatformServicesLive } from "../../src/platform/Server.js"
+import { DispatcherLive } from "../../src/deliveries/Dispatcher.js"
+import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive } from "../../src/platform/Server.js"
 
 export const freePort = (): Promise<number> =>
   new Promise((resolve, reject) => {
@@ -97,7 +98,13 @@ export const testServerOn = () =>
     const smtpPort = yield* Effect.promise(freePort)
     const baseUrl = `http://127.0.0.1:${port}`
     const config = { ...base, port, smtpPort, publicBaseUrl: baseUrl }
-    return Layer.mergeAll(HttpLive, SmtpServerLive, Layer.succeed(TestServer, { port, smtpPort, baseUrl })).pipe(
+    return Layer.mergeAll(
+      HttpLive,
+      SmtpServerLive,
+      DispatcherLive({ concurrency: 16, pollMs: 50 }),
+      Layer.succeed(TestServer, { port, smtpPort, baseUrl })
+    ).pipe(
+      Layer.provide(DeliveryServicesLive),
       Layer.provide(PlatformServicesLive),
       Layer.provide(loggerLayer),
       Layer.provide(Layer.succeed(AppConfig, config))
@@ -140,7 +147,10 @@ export const extraServer = Effect.gen(function*() {
   const config = { ...base, port, publicBaseUrl: baseUrl }
   const ownPool = Option.isSome(base.databaseUrl)
   const services = PlatformServicesLive.pipe(Layer.provideMerge(loggerLayer))
-  const server = HttpLive.pipe(Layer.provide(services))
+  const server = Layer.mergeAll(HttpLive, DispatcherLive({ concurrency: 16, pollMs: 50 })).pipe(
+    Layer.provide(DeliveryServicesLive),
+    Layer.provide(services)
+  )
   const withDb = ownPool
     ? server.pipe(Layer.provide(DatabaseLive))
     : server

@@ -1,0 +1,94 @@
+/**
+ * Routing of a stored inbound email to its delivery (CONTRACT.md "Delivery"): route → domain
+ * default → organization fallback, then the organization's filters, then the endpoint's rules and
+ * `event_types`. A match enqueues one delivery with its event payload built once (stable event id),
+ * inside the transaction that stores the email. No match: the email stays visible through the API.
+ */
+import { Effect, Layer, Option } from "effect"
+import { downloadUrls } from "../emails/Http.js"
+import { DownloadTokens } from "../emails/DownloadTokens.js"
+import { evaluateFilters, evaluateRules } from "../filters/Evaluate.js"
+import { FiltersRepo } from "../filters/Repo.js"
+import { type InboundMessage, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
+import { AppConfig } from "../platform/Config.js"
+import { RouteResolver } from "../routes/Resolver.js"
+import { buildEmailEvent, newEventId, serializeEvent } from "../webhooks/Payload.js"
+import { DeliveryQueue } from "./Queue.js"
+
+export const senderOf = (m: InboundMessage) => m.parsed.from?.address ?? m.envelopeFrom ?? ""
+
+export const OnEmailStoredLive = Layer.effect(
+  OnEmailStored,
+  Effect.gen(function*() {
+    const resolver = yield* RouteResolver
+    const filters = yield* FiltersRepo
+    const queue = yield* DeliveryQueue
+    const tokens = yield* DownloadTokens
+    const config = yield* AppConfig
+
+    return (email: StoredEmail, message: InboundMessage) =>
+      Effect.gen(function*() {
+        const resolution = yield* resolver.resolve(email.recipient.address)
+        if (Option.isNone(resolution) || Option.isNone(resolution.value.endpoint)) return
+        const endpoint = resolution.value.endpoint.value
+        const sender = senderOf(message)
+        const applicable = yield* filters.applicable(email.orgId, email.recipient.domainId)
+        if (!evaluateFilters(applicable, sender).allowed) return
+        const p = message.parsed
+        const attachmentBytes = p.attachments.reduce((n, a) => n + a.size_bytes, 0)
+        const verdict = evaluateRules(endpoint.rules, {
+          sender,
+          sizeBytes: message.raw.length,
+          attachmentBytes,
+          attachmentCount: p.attachments.length,
+          eventType: message.event
+        })
+        if (!verdict.deliver) return
+        const urls = yield* downloadUrls(config.publicBaseUrl, email.id, p.attachments.length).pipe(
+          Effect.provideService(DownloadTokens, tokens)
+        )
+        const eventId = newEventId()
+        const event = buildEmailEvent({
+          eventId,
+          event: message.event,
+          createdAt: new Date(),
+          email: {
+            id: email.id,
+            message_id: p.messageId,
+            from: p.from ? (p.from.name ? `${p.from.name} <${p.from.address}>` : p.from.address) : (message.envelopeFrom ?? ""),
+            to: p.to,
+            recipient: email.recipient.address,
+            subject: p.subject ?? "",
+            date: p.date?.toISOString() ?? null,
+            in_reply_to: p.inReplyTo,
+            references: p.references,
+            text: p.text,
+            html: p.html,
+            headers: p.headers,
+            size_bytes: message.raw.length,
+            spam_score: message.spam.score,
+            auth: message.auth,
+            attachments: p.attachments.map((a, i) => ({
+              filename: a.filename,
+              content_type: a.content_type,
+              size_bytes: a.size_bytes,
+              download_url: urls.each[i]!
+            })),
+            raw_url: urls.raw,
+            attachments_url: urls.attachments
+          }
+        })
+        yield* queue.enqueue({
+          orgId: email.orgId,
+          emailId: email.id,
+          endpointId: endpoint.id,
+          eventId,
+          eventType: message.event,
+          payload: serializeEvent(event),
+          sender,
+          recipient: email.recipient.address,
+          subject: p.subject ?? ""
+        })
+      })
+  })
+)

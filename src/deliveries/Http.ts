@@ -1,0 +1,141 @@
+/** Handlers of the Webhook deliveries area. */
+import { HttpApiBuilder } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect, Option } from "effect"
+import { MailroomApi } from "../Api.js"
+import { Conflict, NotFound, ValidationError } from "../contract/Errors.js"
+import { CurrentPrincipal } from "../contract/Security.js"
+import { EndpointsRepo } from "../endpoints/Repo.js"
+import { AppConfig } from "../platform/Config.js"
+import { RateLimiter } from "../platform/RateLimiter.js"
+import type { WebhookDelivery } from "./Api.js"
+import { DeliveryAttempts, processDelivery } from "./Dispatcher.js"
+import { DeliveryQueue, type DeliveryRow } from "./Queue.js"
+
+/** CONTRACT.md: replay is limited to 30 per minute per organization. */
+export const REPLAY_LIMIT = { limit: 30, windowSeconds: 60 } as const
+
+type Row = DeliveryRow & { endpoint_kind: string; endpoint_url: string | null; function_id: string | null }
+
+const toDelivery = (r: Row): WebhookDelivery => ({
+  id: r.id,
+  email_id: r.email_id,
+  endpoint_id: r.endpoint_id,
+  endpoint_url: r.endpoint_kind === "function" ? `function://${r.function_id}` : (r.endpoint_url ?? ""),
+  status: r.status,
+  attempt_count: r.attempt_count,
+  duration_ms: r.duration_ms,
+  last_error: r.last_error ?? "",
+  last_error_code: r.last_error_code ?? "",
+  created_at: r.created_at,
+  updated_at: r.updated_at,
+  email: { sender: r.email_sender, recipient: r.email_recipient, subject: r.email_subject },
+  event_id: r.event_id,
+  event_type: r.event_type,
+  next_attempt_at: r.status === "pending" ? r.next_attempt_at : null,
+  replay_of: r.replay_of
+})
+
+const encodeCursor = (r: { created_at: Date; id: string }) =>
+  Buffer.from(JSON.stringify([r.created_at.toISOString(), r.id])).toString("base64url")
+
+const decodeCursor = (c: string) => {
+  try {
+    const [at, id] = JSON.parse(Buffer.from(c, "base64url").toString("utf8")) as [string, string]
+    const d = new Date(at)
+    return Number.isNaN(d.getTime()) || !/^[0-9a-f-]{36}$/i.test(String(id)) ? Option.none() : Option.some({ at: d, id })
+  } catch {
+    return Option.none()
+  }
+}
+
+export const DeliveriesHttpLive = HttpApiBuilder.group(MailroomApi, "deliveries", (handlers) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const queue = yield* DeliveryQueue
+    const endpoints = yield* EndpointsRepo
+    const limiter = yield* RateLimiter
+    const config = yield* AppConfig
+    const context = yield* Effect.context<DeliveryQueue | DeliveryAttempts | AppConfig | SqlClient.SqlClient | EndpointsRepo>()
+    const select = sql`SELECT d.*, e.kind AS endpoint_kind, e.url AS endpoint_url, e.function_id
+                       FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id`
+    const find = (orgId: string, id: string) =>
+      sql<Row>`${select} WHERE d.id = ${id} AND d.org_id = ${orgId}`.pipe(
+        Effect.map((r) => Option.fromNullable(r[0])),
+        Effect.orDie
+      )
+    const notFound = new NotFound({ message: "delivery not found" })
+
+    return handlers
+      .handle("list", ({ urlParams: q }) =>
+        Effect.gen(function*() {
+          const { orgId } = yield* CurrentPrincipal
+          const limit = q.limit ?? 50
+          const after = q.cursor === undefined ? Option.none() : decodeCursor(q.cursor)
+          if (q.cursor !== undefined && Option.isNone(after)) {
+            return yield* new ValidationError({
+              message: "cursor: not a cursor returned by this list",
+              details: { issues: [{ field: "cursor", reason: "not a cursor returned by this list" }] }
+            })
+          }
+          const conds = [sql`d.org_id = ${orgId}`]
+          if (q.email_id !== undefined) conds.push(sql`d.email_id = ${q.email_id}`)
+          if (q.status !== undefined) conds.push(sql`d.status = ${q.status}`)
+          if (q.date_from !== undefined) conds.push(sql`d.created_at >= ${q.date_from}`)
+          if (q.date_to !== undefined) conds.push(sql`d.created_at <= ${q.date_to}`)
+          const page = Option.match(after, {
+            onNone: () => conds,
+            onSome: (c) => [...conds, sql`(d.created_at, d.id) < (${c.at}, ${c.id})`]
+          })
+          const rows = yield* sql<Row>`${select} WHERE ${sql.and(page)}
+            ORDER BY d.created_at DESC, d.id DESC LIMIT ${limit + 1}`.pipe(Effect.orDie)
+          const total = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM deliveries d WHERE ${sql.and(conds)}`.pipe(
+            Effect.orDie
+          )
+          const items = rows.slice(0, limit)
+          const last = items[items.length - 1]
+          return {
+            items: items.map(toDelivery),
+            meta: { total: total[0]!.n, limit, cursor: rows.length > limit && last ? encodeCursor(last) : null }
+          }
+        }))
+      .handle("get", ({ path }) =>
+        Effect.gen(function*() {
+          const { orgId } = yield* CurrentPrincipal
+          const row = yield* Effect.flatten(find(orgId, path.id)).pipe(Effect.mapError(() => notFound))
+          return toDelivery(row)
+        }))
+      .handle("replay", ({ path }) =>
+        Effect.gen(function*() {
+          const { orgId } = yield* CurrentPrincipal
+          const original = yield* Effect.flatten(find(orgId, path.id)).pipe(Effect.mapError(() => notFound))
+          if (!original.event_type.startsWith("email.")) {
+            return yield* new Conflict({ message: "only email deliveries can be replayed" })
+          }
+          const endpoint = yield* endpoints.findAny(orgId, original.endpoint_id)
+          if (Option.isNone(endpoint) || endpoint.value.deactivated_at !== null) {
+            return yield* new Conflict({
+              message: "the endpoint of this delivery was deleted; replay is rejected",
+              details: { endpoint_id: original.endpoint_id }
+            })
+          }
+          yield* limiter.enforce(`replay:org:${orgId}`, REPLAY_LIMIT, "delivery replays")
+          const worker = "replay"
+          const claimed = yield* queue.insertClaimed({
+            orgId,
+            emailId: original.email_id,
+            endpointId: original.endpoint_id,
+            eventId: original.event_id,
+            eventType: original.event_type,
+            payload: original.payload,
+            sender: original.email_sender,
+            recipient: original.email_recipient,
+            subject: original.email_subject,
+            replayOf: original.id
+          }, worker, Duration.toMillis(config.deliveryTimeout) + 30_000)
+          const status = yield* processDelivery(claimed, worker, { retries: false }).pipe(Effect.provide(context), Effect.orDie)
+          const ok = status === "delivered" || status === "header_confirmed"
+          return { delivered: ok ? 1 : 0, failed: ok ? 0 : 1, delivery_id: claimed.id }
+        }))
+  }))
+

@@ -1,0 +1,171 @@
+/**
+ * The delivery queue in PostgreSQL. A claim is one UPDATE over `FOR UPDATE SKIP LOCKED` rows that
+ * moves `next_attempt_at` to the lease's end and stamps a claim token: concurrent workers (in any
+ * process) never take the same row, and a crashed worker's row simply becomes due again when its
+ * lease runs out. Completion is fenced by the claim token, so a worker whose lease expired cannot
+ * overwrite the result of the worker that took the row over.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect } from "effect"
+import { randomToken } from "../platform/Secrets.js"
+
+export type DeliveryStatus = "pending" | "delivered" | "header_confirmed" | "failed"
+
+export interface DeliveryRow {
+  readonly id: string
+  readonly org_id: string
+  readonly email_id: string | null
+  readonly endpoint_id: string
+  readonly event_id: string
+  readonly event_type: string
+  readonly payload: string
+  readonly replay_of: string | null
+  readonly status: DeliveryStatus
+  readonly attempt_count: number
+  readonly dispatch_errors: number
+  readonly next_attempt_at: Date
+  readonly lease_owner: string | null
+  readonly duration_ms: number
+  readonly last_error: string | null
+  readonly last_error_code: string | null
+  readonly last_status_code: number | null
+  readonly email_sender: string
+  readonly email_recipient: string
+  readonly email_subject: string
+  readonly created_at: Date
+  readonly updated_at: Date
+}
+
+export interface NewDelivery {
+  readonly orgId: string
+  readonly emailId: string | null
+  readonly endpointId: string
+  readonly eventId: string
+  readonly eventType: string
+  readonly payload: string
+  readonly sender: string
+  readonly recipient: string
+  readonly subject: string
+  readonly replayOf?: string
+}
+
+export interface AttemptRecord {
+  readonly attempt: number
+  readonly startedAt: Date
+  readonly durationMs: number
+  readonly statusCode: number | null
+  readonly errorCode: string | null
+  readonly error: string | null
+  readonly responseExcerpt: string | null
+}
+
+/** How a claimed delivery ends this round. */
+export type Completion =
+  | { readonly _tag: "Done"; readonly status: "delivered" | "header_confirmed" | "failed" }
+  | { readonly _tag: "Retry"; readonly at: Date }
+
+export const NOTIFY_CHANNEL = "mailroom_deliveries"
+
+export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/DeliveryQueue", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const enqueue = (d: NewDelivery) =>
+      Effect.gen(function*() {
+        const rows = yield* sql<{ id: string }>`
+          INSERT INTO deliveries (org_id, email_id, endpoint_id, event_id, event_type, payload, replay_of,
+            email_sender, email_recipient, email_subject)
+          VALUES (${d.orgId}, ${d.emailId}, ${d.endpointId}, ${d.eventId}, ${d.eventType}, ${d.payload},
+            ${d.replayOf ?? null}, ${d.sender}, ${d.recipient}, ${d.subject})
+          RETURNING id`
+        // Delivered to listeners at commit: workers wake without polling.
+        yield* sql`SELECT pg_notify(${NOTIFY_CHANNEL}, '')`
+        return rows[0]!.id
+      }).pipe(Effect.orDie)
+
+    /** Inserts a delivery already claimed by the caller (a replay attempted in the request). */
+    const insertClaimed = (d: NewDelivery, worker: string, leaseMs: number) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const token = `${worker}:${randomToken(12)}`
+        const rows = yield* sql<DeliveryRow>`
+          INSERT INTO deliveries (org_id, email_id, endpoint_id, event_id, event_type, payload, replay_of,
+            email_sender, email_recipient, email_subject, lease_owner, next_attempt_at)
+          VALUES (${d.orgId}, ${d.emailId}, ${d.endpointId}, ${d.eventId}, ${d.eventType}, ${d.payload},
+            ${d.replayOf ?? null}, ${d.sender}, ${d.recipient}, ${d.subject}, ${token}, ${new Date(now + leaseMs)})
+          RETURNING *`
+        return rows[0]!
+      }).pipe(Effect.orDie)
+
+    /** Takes up to `limit` due deliveries for `leaseMs`; returns them with their claim token. */
+    const claim = (worker: string, limit: number, leaseMs: number) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const token = `${worker}:${randomToken(12)}`
+        const rows = yield* sql<DeliveryRow>`
+          UPDATE deliveries d SET lease_owner = ${token}, next_attempt_at = ${new Date(now + leaseMs)}
+          FROM (SELECT id FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ${new Date(now)}
+                ORDER BY next_attempt_at LIMIT ${limit} FOR UPDATE SKIP LOCKED) due
+          WHERE d.id = due.id
+          RETURNING d.*`
+        return rows
+      }).pipe(Effect.withSpan("DeliveryQueue.claim"))
+
+    /** Records one attempt and the delivery's new state, if this worker still holds the lease. */
+    const complete = (
+      row: DeliveryRow,
+      attempt: AttemptRecord | null,
+      completion: Completion,
+      worker: string,
+      skipped?: { readonly code: string; readonly error: string }
+    ) =>
+      Effect.gen(function*() {
+        const now = new Date(yield* Clock.currentTimeMillis)
+        const status = completion._tag === "Done" ? completion.status : "pending"
+        const next = completion._tag === "Retry" ? completion.at : now
+        const updated = yield* sql<{ id: string }>`
+          UPDATE deliveries SET status = ${status}, next_attempt_at = ${next}, lease_owner = NULL,
+            attempt_count = attempt_count + ${attempt === null ? 0 : 1},
+            duration_ms = ${attempt?.durationMs ?? row.duration_ms},
+            last_error = ${attempt === null ? skipped?.error ?? row.last_error : attempt.error},
+            last_error_code = ${attempt === null ? skipped?.code ?? row.last_error_code : attempt.errorCode},
+            last_status_code = ${attempt === null ? row.last_status_code : attempt.statusCode},
+            updated_at = ${now}
+          WHERE id = ${row.id} AND lease_owner = ${row.lease_owner}
+          RETURNING id`
+        if (updated.length === 0) return false
+        if (attempt !== null) {
+          yield* sql`INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, status_code,
+                       error_code, error, response_excerpt, worker)
+                     VALUES (${row.id}, ${attempt.attempt}, ${attempt.startedAt}, ${attempt.durationMs},
+                       ${attempt.statusCode}, ${attempt.errorCode}, ${attempt.error}, ${attempt.responseExcerpt}, ${worker})`
+        }
+        return true
+      }).pipe(sql.withTransaction, Effect.withSpan("DeliveryQueue.complete"))
+
+    /** A failure of the dispatcher itself (not of the endpoint): back off, dead-letter after `max`. */
+    const dispatchFailed = (row: DeliveryRow, message: string, max: number) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const errors = row.dispatch_errors + 1
+        const dead = errors >= max
+        yield* sql`UPDATE deliveries SET dispatch_errors = ${errors}, lease_owner = NULL,
+                     status = ${dead ? "failed" : "pending"},
+                     next_attempt_at = ${new Date(now + Math.min(300_000, 1000 * 2 ** errors))},
+                     last_error = ${dead ? `dispatch could not complete after ${errors} attempts: ${message}` : row.last_error},
+                     last_error_code = ${dead ? "queue_dead_letter" : row.last_error_code},
+                     updated_at = ${new Date(now)}
+                   WHERE id = ${row.id} AND lease_owner = ${row.lease_owner}`
+      })
+
+    /** Milliseconds until the next pending delivery is due (for idle workers), or null. */
+    const nextDueIn = Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      const rows = yield* sql<{ at: Date | null }>`SELECT min(next_attempt_at) AS at FROM deliveries WHERE status = 'pending'`
+      const at = rows[0]?.at
+      return at ? Math.max(0, at.getTime() - now) : null
+    })
+
+    return { enqueue, insertClaimed, claim, complete, dispatchFailed, nextDueIn } as const
+  })
+}) {}

@@ -5,7 +5,7 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { Wire } from "./contract/Errors.js"
 import { AccountApi } from "./account/Api.js"
-import { AgentAccountsApi } from "./identity/Api.js"
+import { AgentAccountsApi, AuthApi, AuthSessionApi } from "./identity/Api.js"
 import { ServiceApi } from "./service/Api.js"
 
 /**
@@ -42,6 +42,8 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(ServiceApi)
   .add(AccountApi)
   .add(AgentAccountsApi)
+  .add(AuthApi)
+  .add(AuthSessionApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

@@ -9,6 +9,11 @@ import { createServer } from "node:http"
 import { MailroomApi } from "../Api.js"
 import { AccountHttpLive } from "../account/Http.js"
 import { AgentAccountsHttpLive } from "../identity/AgentAccountsHttp.js"
+import { IdentityHttpLive, IdentityServicesLive } from "../identity/AuthHttp.js"
+import { ClaimPageLive } from "../identity/ClaimPage.js"
+import { DevicePageLive } from "../identity/DevicePage.js"
+import { DeviceWeb } from "../identity/DeviceWeb.js"
+import { Mailer } from "../mail/Mailer.js"
 import { ServiceHttpLive } from "../service/Http.js"
 import { ServiceRoutesLive } from "../service/Routes.js"
 import { AuthenticationLive } from "./Authentication.js"
@@ -25,11 +30,12 @@ import { requestPipeline } from "./RequestPipeline.js"
 export const PlatformServicesLive = Layer.mergeAll(
   RateLimiter.Default,
   Idempotency.Default,
-  Credentials.Default
+  Credentials.Default,
+  Mailer.Default
 )
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
-  Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive]),
+  Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive, IdentityHttpLive]),
   Layer.provide(AuthenticationLive)
 )
 
@@ -48,6 +54,7 @@ export const HttpLive = Layer.unwrapEffect(Effect.gen(function*() {
   return serve.pipe(
     Layer.provide(HttpApiScalar.layer({ path: "/docs" })),
     Layer.provide(ServiceRoutesLive),
+    Layer.provide(Layer.mergeAll(DevicePageLive, ClaimPageLive).pipe(Layer.provide([IdentityServicesLive, DeviceWeb.Default]))),
     Layer.provide(ErrorMappingLive),
     Layer.provide(ApiLive),
     HttpServer.withLogAddress,

@@ -254,7 +254,12 @@ export const ClaimResult = Schema.Struct({
   limits: PlanLimits
 }).annotations({ identifier: "ClaimResult" })
 
-export const ClaimLinkBody = strict(Schema.Struct({})).annotations({ identifier: "ClaimLinkRequest" })
+/** An empty object (or no body); `Schema.Struct({})` would accept any object, so every key is refused. */
+export const ClaimLinkBody = Schema.Record({ key: Schema.String, value: Schema.Never }).annotations({
+  identifier: "ClaimLinkRequest",
+  description: "optional; an empty object",
+  parseOptions: { errors: "all" }
+})
 export const ClaimLink = Schema.Struct({
   claim_token: Schema.String.annotations({ description: "single use" }),
   claim_url: Schema.NullOr(Schema.String),

@@ -4,6 +4,7 @@
  * revokes its grant (refresh-token reuse detection, RFC 9700 §4.14).
  */
 import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Effect } from "effect"
 import { InvalidGrant } from "../contract/Errors.js"
 import { displayPrefix, newAccessToken, newRefreshToken, sha256Hex } from "../platform/Secrets.js"
@@ -60,8 +61,9 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
         return yield* tokenSet(rows[0]!.id, input.clientId, input.orgId, access, refresh)
       }).pipe(Effect.orDie, Effect.withSpan("Grants.issue"))
 
-    const refresh = (refreshToken: string) =>
-      sql.withTransaction(Effect.gen(function*() {
+    /** Rotates inside a transaction; a failure is returned, not raised, so a reuse revocation commits. */
+    const rotate = (refreshToken: string) =>
+      sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<TokenSet | InvalidGrant, SqlError> {
         const now = yield* Clock.currentTimeMillis
         const hash = sha256Hex(refreshToken)
         const rows = yield* sql<{ id: string; org_id: string; client_id: string }>`
@@ -76,13 +78,11 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
             UPDATE oauth_grants SET revoked_at = coalesce(revoked_at, ${new Date(now)}), updated_at = ${new Date(now)}
             WHERE id = (SELECT grant_id FROM oauth_rotated_refresh_tokens WHERE token_hash = ${hash})
             RETURNING id AS grant_id`
-          return yield* Effect.fail(
-            new InvalidGrant({
-              message: reused.length > 0
-                ? "refresh token already used: the grant is revoked as a precaution; sign in again"
-                : "unknown, expired or revoked refresh token"
-            })
-          )
+          return new InvalidGrant({
+            message: reused.length > 0
+              ? "refresh token already used: the grant is revoked as a precaution; sign in again"
+              : "unknown, expired or revoked refresh token"
+          })
         }
         const access = newAccessToken()
         const next = newRefreshToken()
@@ -96,7 +96,14 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
             updated_at = ${new Date(now)}
           WHERE id = ${grant.id}`
         return yield* tokenSet(grant.id, grant.client_id, grant.org_id, access, next)
-      })).pipe(Effect.catchTag("SqlError", Effect.die), Effect.withSpan("Grants.refresh"))
+      }))
+
+    const refresh = (refreshToken: string) =>
+      rotate(refreshToken).pipe(
+        Effect.orDie,
+        Effect.flatMap((r) => r instanceof InvalidGrant ? Effect.fail(r) : Effect.succeed(r)),
+        Effect.withSpan("Grants.refresh")
+      )
 
     const revoke = (grantId: string) =>
       Effect.gen(function*() {

@@ -64,7 +64,8 @@ export const HttpLive = Layer.unwrapEffect(Effect.gen(function*() {
 
 export const loggerLayer = Layer.unwrapEffect(Effect.map(AppConfig, (c) =>
   Layer.merge(
-    Logger.replace(Logger.defaultLogger, Logger.logfmtLogger),
+    // logfmtLogger only formats; withConsoleLog makes it write (without it every log line was dropped).
+    Logger.replace(Logger.defaultLogger, Logger.withConsoleLog(Logger.logfmtLogger)),
     Logger.minimumLogLevel(LogLevel.fromLiteral(capitalize(c.logLevel)))
   )
 ))

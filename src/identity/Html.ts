@@ -25,7 +25,8 @@ export const page = (title: string, body: string, status = 200, headers: Record<
         "cache-control": "no-store",
         "x-frame-options": "DENY",
         "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
-        "referrer-policy": "no-referrer",
+        // `no-referrer` would make Chromium send `Origin: null` on our own form posts.
+        "referrer-policy": "same-origin",
         ...headers
       }
     }

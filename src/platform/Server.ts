@@ -63,9 +63,11 @@ export const HttpLive = Layer.unwrapEffect(Effect.gen(function*() {
 }))
 
 export const loggerLayer = Layer.unwrapEffect(Effect.map(AppConfig, (c) =>
-  Layer.merge(
+  Layer.mergeAll(
     // logfmtLogger only formats; withConsoleLog makes it write (without it every log line was dropped).
     Logger.replace(Logger.defaultLogger, Logger.withConsoleLog(Logger.logfmtLogger)),
+    // runMain installs its pretty logger first; one format per line, not two.
+    Logger.remove(Logger.prettyLoggerDefault),
     Logger.minimumLogLevel(LogLevel.fromLiteral(capitalize(c.logLevel)))
   )
 ))

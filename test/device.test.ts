@@ -132,11 +132,43 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("device page", (it) 
       }))
   })
 
+  describe("claim page in Chromium", () => {
+    it.effect("a person opens claim_url, confirms their email with the mailed code and claims the account", () =>
+      Effect.gen(function*() {
+        yield* resetLimits
+        const sink = yield* SmtpSink
+        const agent = yield* call("POST", "/v1/agent/accounts", { body: { terms_accepted: true } })
+        const apiKey = agent.body.data.api_key
+        const link = yield* call("POST", "/v1/agent/claim/link", { token: apiKey, body: {} })
+        expect(link.status).toBe(200)
+        const email = uniqueEmail("claim-browser")
+        const text = yield* withPage(async (page) => {
+          await page.goto(link.body.data.claim_url)
+          await page.getByLabel("Email").fill(email)
+          await page.getByRole("button", { name: "Send code" }).click()
+          await page.getByLabel("Code").waitFor({ timeout: 10_000 })
+          const code = codeOf(await sink.next(email, 0))
+          await page.getByLabel("Code").fill(code)
+          await page.getByRole("button", { name: "Claim account" }).click()
+          await page.waitForURL(/done=1/)
+          return (await page.locator("body").textContent()) ?? ""
+        })
+        expect(text).toContain("Claimed")
+        const account = yield* call("GET", "/v1/account", { token: apiKey })
+        expect(account.body.data).toMatchObject({ plan: "developer", email, id: agent.body.data.org_id })
+      }))
+  })
+
   describe("page rules", () => {
     it.effect("GET /device is exempt from rate limits; unknown codes are 404; no scripts", () =>
       Effect.gen(function*() {
         const server = yield* TestServer
+        const db = yield* SqlClient.SqlClient
+        const count = () => db<{ n: number }>`SELECT count(*)::int AS n FROM device_web_sessions`.pipe(Effect.map((r) => r[0]!.n))
+        const before = yield* count()
         const res = yield* Effect.promise(() => fetch(`${server.baseUrl}/device`))
+        // The exempt GET writes nothing: a session row appears with the first form post only.
+        expect(yield* count()).toBe(before)
         expect(res.status).toBe(200)
         expect(res.headers.get("ratelimit-limit")).toBeNull()
         expect(res.headers.get("content-type")).toContain("text/html")

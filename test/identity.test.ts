@@ -7,6 +7,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { createHash } from "node:crypto"
+import { sweepIdentity } from "../src/identity/Maintenance.js"
 import { call } from "./support/http.js"
 import { TestServer } from "./support/harness.js"
 import {
@@ -683,6 +684,21 @@ layer(identityService(), { timeout: 180_000, excludeTestServices: true })("ident
         expect(r.status).toBe(200)
         remember(r.body.data.access_token, r.body.data.refresh_token)
         expect((yield* call("GET", "/v1/account", { token: r.body.data.access_token })).status).toBe(200)
+      }))
+  })
+
+  describe("housekeeping", () => {
+    it.effect("the identity sweep deletes rows expired a day ago, nothing live", () =>
+      Effect.gen(function*() {
+        const db = yield* sql
+        const live = (yield* db<{ n: number }>`SELECT count(*)::int AS n FROM signup_sessions`)[0]!.n
+        yield* db`INSERT INTO signup_sessions (flow, token_hash, email, code_hash, last_sent_at, expires_at)
+                  VALUES ('cli', ${sha256("old-session")}, 'old@example.com', 'x', now() - interval '3 days', now() - interval '2 days')`
+        yield* db`INSERT INTO device_logins (device_code_hash, user_code_hash, interval_seconds, expires_at)
+                  VALUES (${sha256("old-device")}, ${sha256("old-user")}, 5, now() - interval '2 days')`
+        yield* sweepIdentity
+        expect((yield* db<{ n: number }>`SELECT count(*)::int AS n FROM signup_sessions`)[0]!.n).toBe(live)
+        expect((yield* db`SELECT 1 FROM device_logins WHERE device_code_hash = ${sha256("old-device")}`).length).toBe(0)
       }))
   })
 

@@ -10,6 +10,7 @@ import { Effect, Option } from "effect"
 import type { RateLimitExceeded } from "../contract/Errors.js"
 import { AppConfig } from "../platform/Config.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
+import { randomToken } from "../platform/Secrets.js"
 import { Accounts } from "./Accounts.js"
 import { DeviceLogin, type PendingLogin } from "./DeviceLogin.js"
 import { COOKIE_NAME, DeviceWeb, WEB_SESSION_TTL_SECONDS, type WebSession } from "./DeviceWeb.js"
@@ -39,16 +40,17 @@ export const DevicePageLive = HttpApiBuilder.Router.use((router) =>
         maxAge: `${WEB_SESSION_TTL_SECONDS} seconds`
       })
 
-    /** The browser's session, created (with a new cookie) when missing or expired. */
+    const anonymous = (): WebSession => ({ id: "", userId: null, pendingEmail: null, codeExpiresAt: null })
+
+    /** The browser's cookie (a new one when missing) and its session, if it has one yet. */
     const session = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       const cookie = request.cookies[COOKIE_NAME]
-      if (cookie !== undefined) {
+      if (cookie !== undefined && cookie.length >= 20 && cookie.length <= 100) {
         const found = yield* web.find(cookie)
-        if (Option.isSome(found)) return { session: found.value, token: cookie, fresh: false }
+        return { session: Option.getOrElse(found, anonymous), token: cookie, fresh: false }
       }
-      const created = yield* web.create
-      return { session: created.session, token: created.token, fresh: true }
+      return { session: anonymous(), token: randomToken(40), fresh: true }
     })
 
     const enterCodeForm = (notice: string) =>
@@ -109,7 +111,8 @@ export const DevicePageLive = HttpApiBuilder.Router.use((router) =>
         return Option.none()
       }
       yield* limiter.enforce(`device-form:ip:${clientAddress(request)}`, DEVICE_FORM_PER_ADDRESS, "device page actions")
-      return Option.some({ fields, session: s.session, token: s.token })
+      const live = s.session.id === "" ? yield* web.ensure(s.token) : s.session
+      return Option.some({ fields, session: live, token: s.token })
     })
 
     const forbidden = page(TITLE, message("error", "This form expired or came from another site. Reload the page and try again."), 403)

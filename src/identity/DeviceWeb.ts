@@ -30,6 +30,7 @@ export class DeviceWeb extends Effect.Service<DeviceWeb>()("mailroom/DeviceWeb",
     const mailer = yield* Mailer
     const accounts = yield* Accounts
 
+    /** The session of a cookie, if it has a live row. */
     const find = (token: string) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
@@ -44,14 +45,27 @@ export class DeviceWeb extends Effect.Service<DeviceWeb>()("mailroom/DeviceWeb",
         }))
       }).pipe(Effect.orDie)
 
-    const create = Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
-      const token = randomToken(40)
-      const id = randomUUID()
-      yield* sql`INSERT INTO device_web_sessions (id, token_hash, expires_at)
-                 VALUES (${id}, ${sha256Hex(token)}, ${new Date(now + WEB_SESSION_TTL_SECONDS * 1000)})`
-      return { token, session: { id, userId: null, pendingEmail: null, codeExpiresAt: null } satisfies WebSession }
-    }).pipe(Effect.orDie)
+    /**
+     * The row behind a cookie, created on the first form post only: the GET of the page is exempt
+     * from rate limiting, so it must not write. An expired row is reset for the same cookie.
+     */
+    const ensure = (token: string) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const expires = new Date(now + WEB_SESSION_TTL_SECONDS * 1000)
+        const rows = yield* sql<{ id: string; user_id: string | null; pending_email: string | null; code_expires_at: Date | null }>`
+          INSERT INTO device_web_sessions AS s (id, token_hash, expires_at)
+          VALUES (${randomUUID()}, ${sha256Hex(token)}, ${expires})
+          ON CONFLICT (token_hash) DO UPDATE SET
+            user_id = CASE WHEN s.expires_at > ${new Date(now)} THEN s.user_id END,
+            pending_email = CASE WHEN s.expires_at > ${new Date(now)} THEN s.pending_email END,
+            code_hash = CASE WHEN s.expires_at > ${new Date(now)} THEN s.code_hash END,
+            code_expires_at = CASE WHEN s.expires_at > ${new Date(now)} THEN s.code_expires_at END,
+            expires_at = CASE WHEN s.expires_at > ${new Date(now)} THEN s.expires_at ELSE ${expires} END
+          RETURNING id, user_id, pending_email, code_expires_at`
+        const r = rows[0]!
+        return { id: r.id, userId: r.user_id, pendingEmail: r.pending_email, codeExpiresAt: r.code_expires_at } satisfies WebSession
+      }).pipe(Effect.orDie)
 
     /** Mails a sign-in code when the address has an account, a hint otherwise; the page says the same either way. */
     const sendCode = (sessionId: string, rawEmail: string, signupHint: string) =>
@@ -91,7 +105,7 @@ export class DeviceWeb extends Effect.Service<DeviceWeb>()("mailroom/DeviceWeb",
         return "ok"
       })
 
-    return { find, create, sendCode, verifyCode } as const
+    return { find, ensure, sendCode, verifyCode } as const
   }),
   dependencies: [Accounts.Default]
 }) {}

@@ -13,6 +13,7 @@ import { IdentityHttpLive, IdentityServicesLive } from "../identity/AuthHttp.js"
 import { ClaimPageLive } from "../identity/ClaimPage.js"
 import { DevicePageLive } from "../identity/DevicePage.js"
 import { DeviceWeb } from "../identity/DeviceWeb.js"
+import { IdentityMaintenanceLive } from "../identity/Maintenance.js"
 import { Mailer } from "../mail/Mailer.js"
 import { ServiceHttpLive } from "../service/Http.js"
 import { ServiceRoutesLive } from "../service/Routes.js"
@@ -75,7 +76,7 @@ export const loggerLayer = Layer.unwrapEffect(Effect.map(AppConfig, (c) =>
 const capitalize = (s: string) => (s.charAt(0).toUpperCase() + s.slice(1)) as LogLevel.Literal
 
 /** The whole service over an AppConfig. */
-export const ServiceLive = Layer.mergeAll(HttpLive, MaintenanceLive).pipe(
+export const ServiceLive = Layer.mergeAll(HttpLive, MaintenanceLive, IdentityMaintenanceLive).pipe(
   Layer.provide(PlatformServicesLive),
   Layer.provide(DatabaseLive),
   Layer.provide(loggerLayer)

@@ -143,6 +143,10 @@ export const PendingSignupResent = Schema.Struct(pendingFields).annotations({ id
 export const RefreshBody = strict(Schema.Struct({ refresh_token: Secret("the refresh token of the current token set") }))
   .annotations({ identifier: "TokenRefresh" })
 
+/** SPEC.md marks some bodies optional: an empty body means `{}` (see OptionalBody.ts). */
+const optionalRequestBody = (op: Record<string, any>): Record<string, any> =>
+  op.requestBody === undefined ? op : { ...op, requestBody: { ...op.requestBody, required: false } }
+
 const post = <const Name extends string>(name: Name, path: `/${string}`) =>
   HttpApiEndpoint.post(name, path).setHeaders(IdempotencyHeaders)
 
@@ -150,6 +154,7 @@ export class AuthApi extends HttpApiGroup.make("auth")
   .add(
     post("loginStart", "/cli/login/start")
       .setPayload(LoginStartBody)
+      .annotate(OpenApi.Transform, optionalRequestBody)
       .addSuccess(Ok(DeviceAuthorization, "DeviceAuthorization"), { status: 201 })
       .addError(Wire.ValidationError)
       .addError(Wire.RateLimitExceeded)
@@ -299,6 +304,7 @@ export class AuthSessionApi extends HttpApiGroup.make("authSession")
   .add(
     post("claimLink", "/agent/claim/link")
       .setPayload(ClaimLinkBody)
+      .annotate(OpenApi.Transform, optionalRequestBody)
       .addSuccess(Ok(ClaimLink, "ClaimLink"))
       .addError(Wire.NotFound)
       .addError(Wire.Conflict)
@@ -308,6 +314,7 @@ export class AuthSessionApi extends HttpApiGroup.make("authSession")
   .add(
     post("logout", "/cli/logout")
       .setPayload(LogoutBody)
+      .annotate(OpenApi.Transform, optionalRequestBody)
       .addSuccess(Ok(LogoutResult, "CliLogout"))
       .addError(Wire.Forbidden)
       .addError(Wire.NotFound)

@@ -74,6 +74,7 @@ export const signUp = (flow: "cli" | "agent", email: string, extra: Record<strin
       body: { signup_token: start.body.data.signup_token, verification_code: code, ...extra }
     })
     expect(verify.status).toBe(200)
+    expect(verify.headers.get("cache-control")).toBe("no-store")
     remember(verify.body.data.access_token, verify.body.data.refresh_token)
     return verify.body.data as Record<string, any>
   })

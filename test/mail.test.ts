@@ -4,6 +4,7 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
+import { vi } from "vitest"
 import { readdirSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { Mailer } from "../src/mail/Mailer.js"
@@ -81,7 +82,14 @@ layer(Env, { timeout: 60_000, excludeTestServices: true })("mailer", (it) => {
       Effect.gen(function*() {
         const { mailer, dir } = yield* Outbox
         expect(mailer.usesRelay).toBe(false)
-        yield* mailer.send(mail("dev@example.com"))
+        const lines: Array<string> = []
+        const spy = vi.spyOn(console, "log").mockImplementation((...args: Array<unknown>) => void lines.push(args.map(String).join(" ")))
+        yield* mailer.send(mail("dev@example.com")).pipe(Effect.ensuring(Effect.sync(() => spy.mockRestore())))
+        // CONTRACT.md: the subject and first lines are logged so a developer can sign up without a mail server.
+        const logged = lines.join("\n")
+        expect(logged).toContain("dev outbox: mail to dev@example.com")
+        expect(logged).toContain("Your Mailroom sign-up code")
+        expect(logged).toContain("Your Mailroom code: 424242")
         const files = readdirSync(join(dir, "outbox")).filter((f) => f.endsWith(".eml"))
         expect(files.length).toBe(1)
         const raw = readFileSync(join(dir, "outbox", files[0]!), "utf8")

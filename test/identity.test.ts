@@ -627,6 +627,18 @@ layer(identityService(), { timeout: 180_000, excludeTestServices: true })("ident
         const stillOther = yield* call("GET", "/v1/account", { token: refreshed.access_token })
         expect(stillOther.status).toBe(200)
 
+        // Same organization, same (empty) body, back to back: each logout revokes its own grant.
+        const sibling = yield* call("POST", "/v1/cli/token/refresh", { body: { refresh_token: refreshed.refresh_token } })
+        remember(sibling.body.data.access_token, sibling.body.data.refresh_token)
+        const third = yield* signUp("cli", (yield* (yield* sql)<{ email: string }>`
+          SELECT u.email FROM users u JOIN memberships m ON m.user_id = u.id WHERE m.org_id = ${set.org_id}`)[0]!.email)
+        const outA = yield* call("POST", "/v1/cli/logout", { token: sibling.body.data.access_token })
+        const outB = yield* call("POST", "/v1/cli/logout", { token: third.access_token })
+        expect(outA.body.data).toEqual({ revoked: true, oauth_grant_id: refreshed.oauth_grant_id })
+        expect(outB.body.data).toEqual({ revoked: true, oauth_grant_id: third.oauth_grant_id })
+        expect(outB.headers.get("idempotent-replayed")).toBeNull()
+        expect((yield* call("GET", "/v1/account", { token: third.access_token })).status).toBe(401)
+
         const agent = yield* agentAccount
         const keyId = (yield* (yield* sql)<{ id: string }>`SELECT id FROM api_keys WHERE org_id = ${agent.org_id}`)[0]!.id
         const legacy = yield* call("POST", "/v1/cli/logout", { token: agent.api_key })

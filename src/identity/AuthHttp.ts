@@ -92,6 +92,9 @@ export const AuthSessionHttpLive = HttpApiBuilder.group(MailroomApi, "authSessio
         }))
       .handleRaw("logout", ({ request }) =>
         Effect.gen(function*() {
+          // Two credentials of one organization send the same body: a derived idempotency key
+          // (scoped to the organization) must never replay one's logout to the other.
+          yield* noStore
           const payload = yield* optionalBody(LogoutBody, request)
           const principal = yield* CurrentPrincipal
           const own = principal.credential.id

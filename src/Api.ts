@@ -7,7 +7,7 @@ import { Wire } from "./contract/Errors.js"
 import { AccountApi } from "./account/Api.js"
 import { DeliveriesApi } from "./deliveries/Api.js"
 import { DownloadsApi, EmailsApi } from "./emails/Api.js"
-import { AgentAccountsApi } from "./identity/Api.js"
+import { AgentAccountsApi, AuthApi, AuthSessionApi } from "./identity/Api.js"
 import { ServiceApi } from "./service/Api.js"
 import { DomainsApi } from "./domains/Api.js"
 import { EndpointsApi } from "./endpoints/Api.js"
@@ -55,6 +55,8 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(EmailsApi)
   .add(DownloadsApi)
   .add(DeliveriesApi)
+  .add(AuthApi)
+  .add(AuthSessionApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

@@ -3,10 +3,13 @@
  * (DATABASE_URL, or the embedded database in DATA_DIR while the service is stopped).
  */
 import { Args, Command, Options } from "@effect/cli"
+import { SqlClient } from "@effect/sql"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Layer, Option, Schema } from "effect"
 import { Plan } from "./contract/Plans.js"
 import { Provisioning } from "./identity/Provisioning.js"
+import { signupCodeHash } from "./identity/Signup.js"
+import { randomToken } from "./platform/Secrets.js"
 import { AppConfigLive } from "./platform/Config.js"
 import { DatabaseLive } from "./platform/Database.js"
 
@@ -48,9 +51,31 @@ const setPlan = Command.make(
     })
 ).pipe(Command.withDescription("change an organization's plan (billing is outside the API)"))
 
+const createSignupCode = Command.make(
+  "create-signup-code",
+  {
+    plan: Options.choice("plan", ["agent", "developer", "pro"] as const).pipe(
+      Options.withDefault("developer" as const),
+      Options.withDescription("plan of the organization created when the code is redeemed")
+    ),
+    note: Options.text("note").pipe(Options.optional, Options.withDescription("who the code is for")),
+    days: Options.integer("expires-in-days").pipe(Options.optional, Options.withDescription("days until it expires"))
+  },
+  ({ days, note, plan }) =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const code = `MR-${randomToken(16)}`
+      const expires = Option.map(days, (d) => new Date(Date.now() + d * 86_400_000))
+      yield* sql`INSERT INTO signup_codes (code_hash, plan, note, expires_at)
+                 VALUES (${signupCodeHash(code)}, ${plan}, ${Option.getOrNull(note)}, ${Option.getOrNull(expires)})`
+      yield* Console.log(`signup_code=${code}`)
+      yield* Console.log(`plan=${plan}`)
+    })
+).pipe(Command.withDescription("create a reserved sign-up code (shown once, stored hashed; redeemed once at sign-up)"))
+
 const admin = Command.make("admin").pipe(
   Command.withDescription("Mailroom operator commands"),
-  Command.withSubcommands([createOrg, setPlan])
+  Command.withSubcommands([createOrg, setPlan, createSignupCode])
 )
 
 const cli = Command.run(admin, { name: "mailroom-admin", version: "0.1.0" })

@@ -18,6 +18,12 @@ import { AgentAccountsHttpLive } from "../identity/AgentAccountsHttp.js"
 import { SmtpServerLive } from "../inbound/SmtpServer.js"
 import { Recipients } from "../inbound/Recipients.js"
 import { InboundStore } from "../inbound/Store.js"
+import { IdentityHttpLive, IdentityServicesLive } from "../identity/AuthHttp.js"
+import { ClaimPageLive } from "../identity/ClaimPage.js"
+import { DevicePageLive } from "../identity/DevicePage.js"
+import { DeviceWeb } from "../identity/DeviceWeb.js"
+import { IdentityMaintenanceLive } from "../identity/Maintenance.js"
+import { Mailer } from "../mail/Mailer.js"
 import { ServiceHttpLive } from "../service/Http.js"
 import { DomainsHttpLive } from "../domains/Http.js"
 import { EndpointsHttpLive } from "../endpoints/Http.js"
@@ -48,7 +54,8 @@ export const PlatformServicesLive = Layer.mergeAll(
   Credentials.Default,
   DownloadTokens.Default,
   Recipients.Default,
-  InboundStore.Default
+  InboundStore.Default,
+  Mailer.Default
 )
 
 /** Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers. */
@@ -63,7 +70,8 @@ export const DeliveryServicesLive = Layer.mergeAll(
 )
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
-  Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive, EmailsHttpLive, DownloadsHttpLive, DeliveriesHttpLive]),
+  Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive, IdentityHttpLive]),
+  Layer.provide([EmailsHttpLive, DownloadsHttpLive, DeliveriesHttpLive]),
   Layer.provide([DomainsHttpLive, EndpointsHttpLive, FiltersHttpLive, RoutesHttpLive]),
   Layer.provide(AuthenticationLive)
 )
@@ -83,6 +91,7 @@ export const HttpLive = Layer.unwrapEffect(Effect.gen(function*() {
   return serve.pipe(
     Layer.provide(HttpApiScalar.layer({ path: "/docs" })),
     Layer.provide(ServiceRoutesLive),
+    Layer.provide(Layer.mergeAll(DevicePageLive, ClaimPageLive).pipe(Layer.provide([IdentityServicesLive, DeviceWeb.Default]))),
     Layer.provide(ErrorMappingLive),
     Layer.provide(ApiLive),
     HttpServer.withLogAddress,
@@ -91,8 +100,11 @@ export const HttpLive = Layer.unwrapEffect(Effect.gen(function*() {
 }))
 
 export const loggerLayer = Layer.unwrapEffect(Effect.map(AppConfig, (c) =>
-  Layer.merge(
-    Logger.replace(Logger.defaultLogger, Logger.logfmtLogger),
+  Layer.mergeAll(
+    // logfmtLogger only formats; withConsoleLog makes it write (without it every log line was dropped).
+    Logger.replace(Logger.defaultLogger, Logger.withConsoleLog(Logger.logfmtLogger)),
+    // runMain installs its pretty logger first; one format per line, not two.
+    Logger.remove(Logger.prettyLoggerDefault),
     Logger.minimumLogLevel(LogLevel.fromLiteral(capitalize(c.logLevel)))
   )
 ))
@@ -100,7 +112,7 @@ export const loggerLayer = Layer.unwrapEffect(Effect.map(AppConfig, (c) =>
 const capitalize = (s: string) => (s.charAt(0).toUpperCase() + s.slice(1)) as LogLevel.Literal
 
 /** The whole service over an AppConfig. */
-export const ServiceLive = Layer.mergeAll(HttpLive, SmtpServerLive, DispatcherLive(), MaintenanceLive).pipe(
+export const ServiceLive = Layer.mergeAll(HttpLive, SmtpServerLive, DispatcherLive(), MaintenanceLive, IdentityMaintenanceLive).pipe(
   Layer.provide(DeliveryServicesLive),
   Layer.provide(PlatformServicesLive),
   Layer.provide(DatabaseLive),

@@ -49,8 +49,8 @@ The CLI flavour is \`/v1/cli/signup/start\`, \`/resend\` and \`/verify\`.
 
 - Send \`Authorization: Bearer <access_token or api_key>\`. A missing or bad credential answers 401
   \`unauthorized\` with \`WWW-Authenticate\` pointing at \`${base}/.well-known/oauth-protected-resource\`.
-- Access tokens expire after \`expires_in\` seconds; exchange the refresh token for a new set (the
-  refresh token rotates). \`POST /v1/cli/logout\` revokes an OAuth grant.
+- Access tokens expire after \`expires_in\` seconds; exchange the refresh token for a new set with
+  \`POST ${base}/v1/cli/token/refresh\` and \`{"refresh_token": "..."}\` (the refresh token rotates; the old one stops working). \`POST /v1/cli/logout\` revokes an OAuth grant.
 - Limits: 120 requests per 60 s per organization (\`ratelimit-*\` headers on every response; 429 carries
   \`Retry-After\`). Every POST accepts \`Idempotency-Key\` so retries are safe.
 - Errors are \`{"success": false, "error": {"code", "message", "details"?, "gates"?}}\`: branch on \`code\`.

@@ -1,0 +1,175 @@
+/**
+ * Claim of an emailless agent organization (SPEC.md "Account plan"): a person's email is verified
+ * with a mailed code, becomes the owner, and the organization moves from `agent` to `developer`
+ * keeping its id, API keys and managed inbox. A claim link lets a person finish it in the browser.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect, Option } from "effect"
+import { randomUUID } from "node:crypto"
+import { ClaimExpired, Conflict, InvalidGrant, NotFound } from "../contract/Errors.js"
+import { LIMITS } from "../contract/Plans.js"
+import { Mailer } from "../mail/Mailer.js"
+import { Templates } from "../mail/Templates.js"
+import { AppConfig } from "../platform/Config.js"
+import { RateLimiter } from "../platform/RateLimiter.js"
+import { constantTimeEqual, randomToken, sha256Hex } from "../platform/Secrets.js"
+import { Accounts, normalizeEmail } from "./Accounts.js"
+import { codeHash, MAX_WRONG_CODES, newNumericCode, RESEND_AFTER_SECONDS, SIGNUP_TTL_SECONDS } from "./Codes.js"
+import { tooSoon } from "./Signup.js"
+
+export const CLAIM_TTL_SECONDS = SIGNUP_TTL_SECONDS
+export const CLAIM_LINK_TTL_SECONDS = 3600
+export const CLAIM_TOKEN_PREFIX = "mr_ct_"
+
+export const CLAIM_LIMITS = {
+  startPerOrg: { limit: 10, windowSeconds: 3600 },
+  startPerEmail: { limit: 5, windowSeconds: 3600 },
+  verifyPerOrg: { limit: 30, windowSeconds: 3600 },
+  linkPerOrg: { limit: 10, windowSeconds: 3600 }
+} as const
+
+interface OrgRow {
+  id: string
+  plan: string
+  managed_inbox_address: string | null
+  members: number
+}
+
+export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const limiter = yield* RateLimiter
+    const mailer = yield* Mailer
+    const accounts = yield* Accounts
+    const config = yield* AppConfig
+
+    const organization = (orgId: string) =>
+      Effect.flatMap(
+        sql<OrgRow>`SELECT o.id, o.plan, o.managed_inbox_address,
+                      (SELECT count(*)::int FROM memberships m WHERE m.org_id = o.id) AS members
+                    FROM organizations o WHERE o.id = ${orgId}`.pipe(Effect.orDie),
+        (rows) => rows[0] ? Effect.succeed(rows[0]) : Effect.fail(new NotFound({ message: "organization not found" }))
+      )
+
+    /** Only an agent organization nobody owns yet can be claimed. */
+    const claimable = (orgId: string) =>
+      Effect.flatMap(organization(orgId), (org) =>
+        org.plan === "agent" && org.members === 0
+          ? Effect.succeed(org)
+          : Effect.fail(new Conflict({ message: "this account is already claimed or is not an agent account" })))
+
+    const emailFree = (email: string) =>
+      Effect.flatMap(accounts.findUser(email), (u) =>
+        Option.isSome(u)
+          ? Effect.fail(new Conflict({ message: "this email already belongs to an account; use another address" }))
+          : Effect.void)
+
+    const start = (orgId: string, rawEmail: string) =>
+      Effect.gen(function*() {
+        const email = normalizeEmail(rawEmail)
+        const org = yield* claimable(orgId)
+        yield* emailFree(email)
+        const now = yield* Clock.currentTimeMillis
+        const open = yield* sql<{ last_sent_at: Date }>`
+          SELECT last_sent_at FROM claim_sessions
+          WHERE org_id = ${orgId} AND completed_at IS NULL AND voided_at IS NULL AND expires_at > ${new Date(now)}
+          ORDER BY created_at DESC LIMIT 1`.pipe(Effect.orDie)
+        if (open[0]) {
+          const elapsed = Math.floor((now - open[0].last_sent_at.getTime()) / 1000)
+          if (elapsed < RESEND_AFTER_SECONDS) {
+            return yield* tooSoon("claim verification email", RESEND_AFTER_SECONDS - elapsed, RESEND_AFTER_SECONDS, now)
+          }
+        }
+        yield* limiter.enforce(`claim-start:org:${orgId}`, CLAIM_LIMITS.startPerOrg, "claim attempts for this account")
+        yield* limiter.enforce(`claim-start:email:${email}`, CLAIM_LIMITS.startPerEmail, "claim emails to this address")
+        const id = randomUUID()
+        const code = newNumericCode()
+        yield* sql.withTransaction(Effect.gen(function*() {
+          // A new code replaces every earlier open one.
+          yield* sql`UPDATE claim_sessions SET voided_at = ${new Date(now)}
+                     WHERE org_id = ${orgId} AND completed_at IS NULL AND voided_at IS NULL`
+          yield* sql`INSERT INTO claim_sessions (id, org_id, email, code_hash, last_sent_at, expires_at)
+                     VALUES (${id}, ${orgId}, ${email}, ${codeHash("claim", id, code)}, ${new Date(now)},
+                             ${new Date(now + CLAIM_TTL_SECONDS * 1000)})`
+        })).pipe(Effect.orDie)
+        yield* mailer.send({ to: email, ...Templates.claimCode(code, CLAIM_TTL_SECONDS / 60, org.managed_inbox_address) })
+          .pipe(Effect.orDie)
+        return { claim_session_id: id, resend_after_seconds: RESEND_AFTER_SECONDS, expires_in_seconds: CLAIM_TTL_SECONDS }
+      }).pipe(Effect.withSpan("Claim.start"))
+
+    const verify = (orgId: string, code: string) =>
+      Effect.gen(function*() {
+        yield* organization(orgId)
+        yield* limiter.enforce(`claim-verify:org:${orgId}`, CLAIM_LIMITS.verifyPerOrg, "claim verification attempts")
+        yield* claimable(orgId)
+        const now = yield* Clock.currentTimeMillis
+        const rows = yield* sql<{ id: string; email: string; code_hash: string; expires_at: Date; voided_at: Date | null }>`
+          SELECT id, email, code_hash, expires_at, voided_at FROM claim_sessions
+          WHERE org_id = ${orgId} AND completed_at IS NULL ORDER BY created_at DESC LIMIT 1`.pipe(Effect.orDie)
+        const s = rows[0]
+        if (!s) {
+          return yield* Effect.fail(new NotFound({ message: "no claim in progress; POST /v1/agent/claim/start first" }))
+        }
+        if (s.voided_at !== null || s.expires_at.getTime() <= now) {
+          return yield* Effect.fail(
+            new ClaimExpired({ message: "the claim code expired or was voided; start the claim again" })
+          )
+        }
+        if (!constantTimeEqual(codeHash("claim", s.id, code), s.code_hash)) {
+          const updated = yield* sql<{ failed_attempts: number }>`
+            UPDATE claim_sessions SET failed_attempts = failed_attempts + 1,
+              voided_at = CASE WHEN failed_attempts + 1 >= ${MAX_WRONG_CODES} THEN now() ELSE voided_at END
+            WHERE id = ${s.id} RETURNING failed_attempts`.pipe(Effect.orDie)
+          const left = Math.max(0, MAX_WRONG_CODES - (updated[0]?.failed_attempts ?? MAX_WRONG_CODES))
+          return yield* Effect.fail(
+            new InvalidGrant({
+              message: left > 0 ? `wrong verification code; ${left} attempts left` : "wrong verification code; the claim is void, start again",
+              details: { attempts_left: left }
+            })
+          )
+        }
+        yield* emailFree(s.email)
+        yield* sql.withTransaction(Effect.gen(function*() {
+          const done = yield* sql`UPDATE claim_sessions SET completed_at = ${new Date(now)}
+                                  WHERE id = ${s.id} AND completed_at IS NULL RETURNING id`
+          const upgraded = yield* sql`UPDATE organizations SET plan = 'developer', updated_at = ${new Date(now)}
+                                      WHERE id = ${orgId} AND plan = 'agent' RETURNING id`
+          if (done.length === 0 || upgraded.length === 0) {
+            return yield* Effect.fail(new Conflict({ message: "this account was claimed meanwhile" }))
+          }
+          const users = yield* sql<{ id: string }>`INSERT INTO users (email) VALUES (${s.email}) RETURNING id`
+          yield* sql`INSERT INTO memberships (org_id, user_id, role) VALUES (${orgId}, ${users[0]!.id}, 'owner')`
+          yield* sql`UPDATE claim_links SET used_at = coalesce(used_at, ${new Date(now)}) WHERE org_id = ${orgId}`
+        })).pipe(Effect.catchTag("SqlError", Effect.die))
+        return { org_id: orgId, plan: "developer" as const, email: s.email, limits: LIMITS.developer }
+      }).pipe(Effect.withSpan("Claim.verify"))
+
+    const link = (orgId: string) =>
+      Effect.gen(function*() {
+        yield* claimable(orgId)
+        yield* limiter.enforce(`claim-link:org:${orgId}`, CLAIM_LIMITS.linkPerOrg, "claim links for this account")
+        const now = yield* Clock.currentTimeMillis
+        const token = `${CLAIM_TOKEN_PREFIX}${randomToken(40)}`
+        yield* sql`INSERT INTO claim_links (org_id, token_hash, expires_at)
+                   VALUES (${orgId}, ${sha256Hex(token)}, ${new Date(now + CLAIM_LINK_TTL_SECONDS * 1000)})`.pipe(Effect.orDie)
+        return {
+          claim_token: token,
+          claim_url: `${config.publicBaseUrl}/claim?token=${encodeURIComponent(token)}`,
+          expires_in_seconds: CLAIM_LINK_TTL_SECONDS
+        }
+      }).pipe(Effect.withSpan("Claim.link"))
+
+    /** The organization a claim link is for, while it is unused and unexpired. */
+    const linkTarget = (token: string) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const rows = yield* sql<{ id: string; org_id: string }>`
+          SELECT id, org_id FROM claim_links
+          WHERE token_hash = ${sha256Hex(token)} AND used_at IS NULL AND expires_at > ${new Date(now)}`.pipe(Effect.orDie)
+        return Option.fromNullable(rows[0])
+      })
+
+    return { start, verify, link, linkTarget, organization } as const
+  }),
+  dependencies: [Accounts.Default]
+}) {}

@@ -1,0 +1,117 @@
+/**
+ * OAuth grants: one access token (short-lived) and one rotating refresh token per grant, both
+ * stored only as hashes. A refresh token that was already rotated out and is presented again
+ * revokes its grant (refresh-token reuse detection, RFC 9700 §4.14).
+ */
+import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Clock, Effect } from "effect"
+import { InvalidGrant } from "../contract/Errors.js"
+import { displayPrefix, newAccessToken, newRefreshToken, sha256Hex } from "../platform/Secrets.js"
+import type { TokenSet } from "./Api.js"
+
+export const ACCESS_TOKEN_TTL_SECONDS = 3600
+export const REFRESH_TOKEN_TTL_SECONDS = 30 * 24 * 3600
+
+export const CLIENT_IDS = { cli: "mailroom-cli", agent: "mailroom-agent" } as const
+
+export interface GrantInput {
+  readonly orgId: string
+  readonly userId: string
+  readonly clientId: string
+  readonly deviceName: string | null
+}
+
+export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const orgName = (orgId: string) =>
+      Effect.map(sql<{ name: string | null }>`SELECT name FROM organizations WHERE id = ${orgId}`, (r) => r[0]?.name ?? null)
+
+    const tokenSet = (grantId: string, clientId: string, orgId: string, access: string, refresh: string) =>
+      Effect.map(orgName(orgId), (name): TokenSet => ({
+        api_key: access,
+        key_id: grantId,
+        key_prefix: displayPrefix(access),
+        access_token: access,
+        refresh_token: refresh,
+        token_type: "Bearer",
+        expires_in: ACCESS_TOKEN_TTL_SECONDS,
+        auth_method: "oauth",
+        oauth_grant_id: grantId,
+        oauth_client_id: clientId,
+        org_id: orgId,
+        org_name: name
+      }))
+
+    /** A new grant; its tokens exist only in the returned set. */
+    const issue = (input: GrantInput) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const access = newAccessToken()
+        const refresh = newRefreshToken()
+        const rows = yield* sql<{ id: string }>`
+          INSERT INTO oauth_grants (org_id, user_id, client_id, device_name, access_token_hash, access_expires_at,
+                                    refresh_token_hash, refresh_expires_at)
+          VALUES (${input.orgId}, ${input.userId}, ${input.clientId}, ${input.deviceName}, ${sha256Hex(access)},
+                  ${new Date(now + ACCESS_TOKEN_TTL_SECONDS * 1000)}, ${sha256Hex(refresh)},
+                  ${new Date(now + REFRESH_TOKEN_TTL_SECONDS * 1000)})
+          RETURNING id`
+        return yield* tokenSet(rows[0]!.id, input.clientId, input.orgId, access, refresh)
+      }).pipe(Effect.orDie, Effect.withSpan("Grants.issue"))
+
+    /** Rotates inside a transaction; a failure is returned, not raised, so a reuse revocation commits. */
+    const rotate = (refreshToken: string) =>
+      sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<TokenSet | InvalidGrant, SqlError> {
+        const now = yield* Clock.currentTimeMillis
+        const hash = sha256Hex(refreshToken)
+        const rows = yield* sql<{ id: string; org_id: string; client_id: string }>`
+          SELECT g.id, g.org_id, g.client_id FROM oauth_grants g
+          JOIN memberships m ON m.org_id = g.org_id AND m.user_id = g.user_id
+          WHERE g.refresh_token_hash = ${hash} AND g.revoked_at IS NULL
+            AND (g.refresh_expires_at IS NULL OR g.refresh_expires_at > ${new Date(now)})
+          FOR UPDATE OF g`
+        const grant = rows[0]
+        if (!grant) {
+          const reused = yield* sql<{ grant_id: string }>`
+            UPDATE oauth_grants SET revoked_at = coalesce(revoked_at, ${new Date(now)}), updated_at = ${new Date(now)}
+            WHERE id = (SELECT grant_id FROM oauth_rotated_refresh_tokens WHERE token_hash = ${hash})
+            RETURNING id AS grant_id`
+          return new InvalidGrant({
+            message: reused.length > 0
+              ? "refresh token already used: the grant is revoked as a precaution; sign in again"
+              : "unknown, expired or revoked refresh token"
+          })
+        }
+        const access = newAccessToken()
+        const next = newRefreshToken()
+        yield* sql`INSERT INTO oauth_rotated_refresh_tokens (token_hash, grant_id, rotated_at)
+                   VALUES (${hash}, ${grant.id}, ${new Date(now)})`
+        yield* sql`
+          UPDATE oauth_grants SET access_token_hash = ${sha256Hex(access)},
+            access_expires_at = ${new Date(now + ACCESS_TOKEN_TTL_SECONDS * 1000)},
+            refresh_token_hash = ${sha256Hex(next)},
+            refresh_expires_at = ${new Date(now + REFRESH_TOKEN_TTL_SECONDS * 1000)},
+            updated_at = ${new Date(now)}
+          WHERE id = ${grant.id}`
+        return yield* tokenSet(grant.id, grant.client_id, grant.org_id, access, next)
+      }))
+
+    const refresh = (refreshToken: string) =>
+      rotate(refreshToken).pipe(
+        Effect.orDie,
+        Effect.flatMap((r) => r instanceof InvalidGrant ? Effect.fail(r) : Effect.succeed(r)),
+        Effect.withSpan("Grants.refresh")
+      )
+
+    const revoke = (grantId: string) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        yield* sql`UPDATE oauth_grants SET revoked_at = coalesce(revoked_at, ${new Date(now)}), updated_at = ${new Date(now)}
+                   WHERE id = ${grantId}`
+      }).pipe(Effect.orDie)
+
+    return { issue, refresh, revoke } as const
+  })
+}) {}

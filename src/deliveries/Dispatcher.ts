@@ -101,10 +101,10 @@ export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailro
     /** After a confirmed delivery, drop the stored content if the account asked for it. */
     const discardIfConfirmed = (row: DeliveryRow) =>
       row.email_id === null ? Effect.void : sql`
-        WITH org AS (SELECT discard_content_on_webhook_confirmed AS on FROM organizations WHERE id = ${row.org_id}),
+        WITH org AS (SELECT discard_content_on_webhook_confirmed AS discard FROM organizations WHERE id = ${row.org_id}),
         marked AS (
           UPDATE emails SET content_discarded_at = now()
-          WHERE id = ${row.email_id} AND content_discarded_at IS NULL AND (SELECT on FROM org)
+          WHERE id = ${row.email_id} AND content_discarded_at IS NULL AND (SELECT discard FROM org)
           RETURNING id)
         DELETE FROM email_contents WHERE email_id IN (SELECT id FROM marked)`.pipe(Effect.asVoid)
 
@@ -172,8 +172,12 @@ export const processDelivery = (row: DeliveryRow, worker: string, options: { rea
       const now = yield* Clock.currentTimeMillis
       completion = { _tag: "Retry", at: new Date(now + Duration.toMillis(delays[number - 1]!)) }
     }
-    const recorded = yield* queue.complete(row, record, completion, worker)
-    if (recorded && result.confirmed) yield* attempts.discardIfConfirmed(row)
+    const sql = yield* SqlClient.SqlClient
+    // The result and the content discard it triggers commit together.
+    yield* Effect.gen(function*() {
+      const recorded = yield* queue.complete(row, record, completion, worker)
+      if (recorded && result.confirmed) yield* attempts.discardIfConfirmed(row)
+    }).pipe(sql.withTransaction)
     return completion._tag === "Done" ? completion.status : "pending" as const
   })
 

@@ -143,11 +143,12 @@ export type TestEnv = TestServer | SqlClient.SqlClient | AppConfig
 export const extraServer = Effect.gen(function*() {
   const base = yield* AppConfig
   const port = yield* Effect.promise(freePort)
+  const smtpPort = yield* Effect.promise(freePort)
   const baseUrl = `http://127.0.0.1:${port}`
-  const config = { ...base, port, publicBaseUrl: baseUrl }
+  const config = { ...base, port, smtpPort, publicBaseUrl: baseUrl }
   const ownPool = Option.isSome(base.databaseUrl)
   const services = PlatformServicesLive.pipe(Layer.provideMerge(loggerLayer))
-  const server = Layer.mergeAll(HttpLive, DispatcherLive({ concurrency: 16, pollMs: 50 })).pipe(
+  const server = Layer.mergeAll(HttpLive, SmtpServerLive, DispatcherLive({ concurrency: 16, pollMs: 50 })).pipe(
     Layer.provide(DeliveryServicesLive),
     Layer.provide(services)
   )
@@ -161,5 +162,5 @@ export const extraServer = Effect.gen(function*() {
       Layer.provide(Layer.succeed(SqlClient.SqlClient, sql))
     )
   )
-  return { port, baseUrl }
+  return { port, smtpPort, baseUrl }
 })

@@ -245,6 +245,29 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })(
           expect(again.text).toBe(first.text)
           expect(again.headers.get("idempotent-replayed")).toBe("true")
           expect(again.headers.get("cache-control")).toBe("no-store")
+          // The stored result holds an API key: sealed, and the row is addressed by a hash of the key.
+          const sql = yield* SqlClient.SqlClient
+          const rows = yield* sql<{ t: string }>`SELECT row_to_json(k)::text AS t FROM idempotency_keys k`
+          const apiKey: string = first.body.data.api_key
+          for (const r of rows) {
+            expect(r.t).not.toContain(apiKey.slice(8))
+            expect(r.t).not.toContain(headers["idempotency-key"])
+          }
+        }))
+
+      it.effect("derived keys are per credential: another key of the same organization is not replayed", () =>
+        Effect.gen(function*() {
+          const provisioning = yield* Provisioning
+          const { orgId, apiKey } = yield* newOrg
+          const second = yield* provisioning.issueApiKey(orgId)
+          const body = { type: "blocklist", pattern: `@derived-${Math.random().toString(36).slice(2)}.example` }
+          const a = yield* call("POST", "/v1/filters", { token: apiKey, body })
+          expect(a.status).toBe(201)
+          const again = yield* call("POST", "/v1/filters", { token: apiKey, body })
+          expect(again.headers.get("idempotent-replayed")).toBe("true")
+          const b = yield* call("POST", "/v1/filters", { token: second.apiKey, body })
+          expect(b.headers.get("idempotent-replayed")).toBeNull()
+          expect(b.status).toBe(409)
         }))
 
       it.effect("the same key with another body is 409 conflict", () =>

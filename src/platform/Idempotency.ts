@@ -6,10 +6,15 @@
  * winner runs, the others see the row: same body and finished → replay; same body and still
  * running → 409; other body → 409. A run that crashed leaves a row whose `locked_until` passes, and
  * the next retry takes it over instead of being refused forever.
+ *
+ * Stored results may carry credentials (an explicit key on a token-issuing call), and the database
+ * holds no secret in clear: the row is addressed by a hash of the key and the response body is
+ * sealed with AES-256-GCM under a key derived from the Idempotency-Key itself, which only the
+ * client that chose it knows.
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
-import { createHash } from "node:crypto"
+import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto"
 
 export const EXPLICIT_TTL_SECONDS = 24 * 3600
 export const DERIVED_TTL_SECONDS = 60
@@ -64,6 +69,23 @@ export interface KeyRef {
   readonly bodyHash: string
 }
 
+const sealingKey = (ref: KeyRef) => createHash("sha256").update(`mailroom-idempotency\u0000${ref.scope}\u0000${ref.key}`).digest()
+const rowKey = (ref: KeyRef) => createHash("sha256").update(`${ref.key}`).digest("hex")
+
+const seal = (ref: KeyRef, plain: Uint8Array): Buffer => {
+  const iv = randomBytes(12)
+  const cipher = createCipheriv("aes-256-gcm", sealingKey(ref), iv)
+  const body = Buffer.concat([cipher.update(plain), cipher.final()])
+  return Buffer.concat([iv, cipher.getAuthTag(), body])
+}
+
+const open = (ref: KeyRef, sealed: Uint8Array): Uint8Array => {
+  const buf = Buffer.from(sealed)
+  const decipher = createDecipheriv("aes-256-gcm", sealingKey(ref), buf.subarray(0, 12))
+  decipher.setAuthTag(buf.subarray(12, 28))
+  return Buffer.concat([decipher.update(buf.subarray(28)), decipher.final()])
+}
+
 export class Idempotency extends Effect.Service<Idempotency>()("mailroom/Idempotency", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -76,7 +98,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("mailroom/Idempot
         const taken = yield* sql<{ key: string }>`
           INSERT INTO idempotency_keys AS k
             (scope, method, path, key, derived, body_hash, locked_until, expires_at)
-          VALUES (${ref.scope}, ${ref.method}, ${ref.path}, ${ref.key}, ${ref.derived}, ${ref.bodyHash},
+          VALUES (${ref.scope}, ${ref.method}, ${ref.path}, ${rowKey(ref)}, ${ref.derived}, ${ref.bodyHash},
                   ${new Date(now + IN_FLIGHT_LEASE_SECONDS * 1000)}, ${new Date(now + ttl * 1000)})
           ON CONFLICT (scope, method, path, key) DO UPDATE SET
             derived = EXCLUDED.derived, body_hash = EXCLUDED.body_hash, status = NULL,
@@ -92,7 +114,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("mailroom/Idempot
           response_headers: Record<string, string> | null
           response_body: Uint8Array | null
         }>`SELECT body_hash, status, response_headers, response_body FROM idempotency_keys
-           WHERE scope = ${ref.scope} AND method = ${ref.method} AND path = ${ref.path} AND key = ${ref.key}`
+           WHERE scope = ${ref.scope} AND method = ${ref.method} AND path = ${ref.path} AND key = ${rowKey(ref)}`
         const row = rows[0]
         // Deleted between our two statements (a non-storable result was just dropped): run again.
         if (!row) return yield* claim(ref)
@@ -103,21 +125,21 @@ export class Idempotency extends Effect.Service<Idempotency>()("mailroom/Idempot
           response: {
             status: row.status,
             headers: row.response_headers ?? {},
-            body: row.response_body ?? new Uint8Array()
+            body: row.response_body === null ? new Uint8Array() : open(ref, row.response_body)
           }
         } as const
       }).pipe(Effect.orDie, Effect.withSpan("Idempotency.claim"))
 
     const complete = (ref: KeyRef, response: StoredResponse) =>
       sql`UPDATE idempotency_keys SET status = ${response.status},
-            response_headers = ${JSON.stringify(response.headers)}::jsonb, response_body = ${Buffer.from(response.body)}
-          WHERE scope = ${ref.scope} AND method = ${ref.method} AND path = ${ref.path} AND key = ${ref.key}`
+            response_headers = ${JSON.stringify(response.headers)}::jsonb, response_body = ${seal(ref, response.body)}
+          WHERE scope = ${ref.scope} AND method = ${ref.method} AND path = ${ref.path} AND key = ${rowKey(ref)}`
         .pipe(Effect.asVoid, Effect.orDie)
 
     /** Forgets a claim whose result must not be replayed (validation errors, 429, 5xx, …). */
     const release = (ref: KeyRef) =>
       sql`DELETE FROM idempotency_keys
-          WHERE scope = ${ref.scope} AND method = ${ref.method} AND path = ${ref.path} AND key = ${ref.key}
+          WHERE scope = ${ref.scope} AND method = ${ref.method} AND path = ${ref.path} AND key = ${rowKey(ref)}
             AND status IS NULL`
         .pipe(Effect.asVoid, Effect.orDie)
 

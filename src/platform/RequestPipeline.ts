@@ -102,7 +102,13 @@ export const requestPipeline = (
       yield* withLimitHeaders(decision)
 
       if (method !== "POST" || !path.startsWith("/v1/")) return yield* app
-      return yield* idempotent(app, request, scope, method, path)
+      // A derived key stands for "this caller sent this body": it is scoped to the credential, so two
+      // credentials of one organization never receive each other's results.
+      const derivedScope = Option.match(principal, {
+        onNone: () => scope,
+        onSome: (p) => `${scope}:${p.credential.kind}:${p.credential.id}`
+      })
+      return yield* idempotent(app, request, scope, derivedScope, method, path)
     })
 
     const response = yield* run.pipe(
@@ -144,6 +150,7 @@ const idempotent = (
   app: App,
   request: HttpServerRequest.HttpServerRequest,
   scope: string,
+  derivedScope: string,
   method: string,
   path: string
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Services | Idempotency> =>
@@ -177,7 +184,7 @@ const idempotent = (
     const hash = bodyHash(raw.right)
     const ref: KeyRef = explicit !== undefined
       ? { scope, method, path, key: explicit, derived: false, bodyHash: hash }
-      : { scope, method, path, key: `derived_${hash}`, derived: true, bodyHash: hash }
+      : { scope: derivedScope, method, path, key: `derived_${hash}`, derived: true, bodyHash: hash }
     const echo = { "idempotency-key": ref.key }
 
     const store = yield* Idempotency

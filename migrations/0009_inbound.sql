@@ -29,7 +29,8 @@ CREATE TABLE emails (
   client_address text,
   helo text,
   content_discarded_at timestamptz,
-  received_at timestamptz NOT NULL DEFAULT now()
+  -- Millisecond precision: list cursors carry it as a JavaScript date.
+  received_at timestamptz NOT NULL DEFAULT date_trunc('milliseconds', now())
 );
 CREATE INDEX emails_org_received ON emails (org_id, received_at DESC, id DESC);
 CREATE INDEX emails_org_recipient ON emails (org_id, recipient);

@@ -26,7 +26,8 @@ CREATE TABLE deliveries (
   email_sender text NOT NULL DEFAULT '',
   email_recipient text NOT NULL DEFAULT '',
   email_subject text NOT NULL DEFAULT '',
-  created_at timestamptz NOT NULL DEFAULT now(),
+  -- Millisecond precision: list cursors carry it as a JavaScript date.
+  created_at timestamptz NOT NULL DEFAULT date_trunc('milliseconds', now()),
   updated_at timestamptz NOT NULL DEFAULT now()
 );
 -- The queue scans only pending rows, in due order: finished rows never slow a claim.

@@ -3,7 +3,8 @@ import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { Conflict, NotFound, ValidationError } from "../contract/Errors.js"
+import { Conflict, NotFound } from "../contract/Errors.js"
+import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { EndpointsRepo } from "../endpoints/Repo.js"
 import { AppConfig } from "../platform/Config.js"
@@ -36,19 +37,6 @@ const toDelivery = (r: Row): WebhookDelivery => ({
   replay_of: r.replay_of
 })
 
-const encodeCursor = (r: { created_at: Date; id: string }) =>
-  Buffer.from(JSON.stringify([r.created_at.toISOString(), r.id])).toString("base64url")
-
-const decodeCursor = (c: string) => {
-  try {
-    const [at, id] = JSON.parse(Buffer.from(c, "base64url").toString("utf8")) as [string, string]
-    const d = new Date(at)
-    return Number.isNaN(d.getTime()) || !/^[0-9a-f-]{36}$/i.test(String(id)) ? Option.none() : Option.some({ at: d, id })
-  } catch {
-    return Option.none()
-  }
-}
-
 export const DeliveriesHttpLive = HttpApiBuilder.group(MailroomApi, "deliveries", (handlers) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -70,34 +58,20 @@ export const DeliveriesHttpLive = HttpApiBuilder.group(MailroomApi, "deliveries"
       .handle("list", ({ urlParams: q }) =>
         Effect.gen(function*() {
           const { orgId } = yield* CurrentPrincipal
-          const limit = q.limit ?? 50
-          const after = q.cursor === undefined ? Option.none() : decodeCursor(q.cursor)
-          if (q.cursor !== undefined && Option.isNone(after)) {
-            return yield* new ValidationError({
-              message: "cursor: not a cursor returned by this list",
-              details: { issues: [{ field: "cursor", reason: "not a cursor returned by this list" }] }
-            })
-          }
+          const limit = q.limit ?? DEFAULT_PAGE_SIZE
+          const after = yield* decodeCursor(q.cursor)
           const conds = [sql`d.org_id = ${orgId}`]
           if (q.email_id !== undefined) conds.push(sql`d.email_id = ${q.email_id}`)
           if (q.status !== undefined) conds.push(sql`d.status = ${q.status}`)
           if (q.date_from !== undefined) conds.push(sql`d.created_at >= ${q.date_from}`)
           if (q.date_to !== undefined) conds.push(sql`d.created_at <= ${q.date_to}`)
-          const page = Option.match(after, {
-            onNone: () => conds,
-            onSome: (c) => [...conds, sql`(d.created_at, d.id) < (${c.at}, ${c.id})`]
-          })
+          const page = after === undefined ? conds : [...conds, sql`(d.created_at, d.id) < (${after.createdAt}, ${after.id})`]
           const rows = yield* sql<Row>`${select} WHERE ${sql.and(page)}
             ORDER BY d.created_at DESC, d.id DESC LIMIT ${limit + 1}`.pipe(Effect.orDie)
           const total = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM deliveries d WHERE ${sql.and(conds)}`.pipe(
             Effect.orDie
           )
-          const items = rows.slice(0, limit)
-          const last = items[items.length - 1]
-          return {
-            items: items.map(toDelivery),
-            meta: { total: total[0]!.n, limit, cursor: rows.length > limit && last ? encodeCursor(last) : null }
-          }
+          return pageOf(rows, limit, total[0]!.n, toDelivery)
         }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {

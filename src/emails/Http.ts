@@ -10,9 +10,9 @@ import {
   DownloadTokenExpired,
   DownloadTokenInvalid,
   NotFound,
-  Unauthorized,
-  ValidationError
+  Unauthorized
 } from "../contract/Errors.js"
+import { decodeCursor, DEFAULT_PAGE_SIZE, encodeCursor } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { bearerToken, wwwAuthenticate } from "../platform/Authentication.js"
 import { AppConfig } from "../platform/Config.js"
@@ -21,25 +21,6 @@ import { setHeader } from "../platform/HttpHeaders.js"
 import type { Email, EmailSummary } from "./Api.js"
 import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
 import { type EmailRow, EmailsRepo } from "./Repo.js"
-
-export const encodeCursor = (row: { received_at: Date; id: string }) =>
-  Buffer.from(JSON.stringify([row.received_at.toISOString(), row.id])).toString("base64url")
-
-export const decodeCursor = (cursor: string) => {
-  try {
-    const [at, id] = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as [string, string]
-    const receivedAt = new Date(at)
-    if (Number.isNaN(receivedAt.getTime()) || typeof id !== "string" || !/^[0-9a-f-]{36}$/i.test(id)) return Option.none()
-    return Option.some({ receivedAt, id })
-  } catch {
-    return Option.none()
-  }
-}
-
-export const invalidCursor = new ValidationError({
-  message: "cursor: not a cursor returned by this list",
-  details: { issues: [{ field: "cursor", reason: "not a cursor returned by this list" }] }
-})
 
 export const toSummary = (row: EmailRow): EmailSummary => ({
   id: row.id,
@@ -88,12 +69,11 @@ export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handl
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
           const { orgId } = yield* CurrentPrincipal
-          const limit = urlParams.limit ?? 50
-          const after = urlParams.cursor === undefined ? Option.none() : decodeCursor(urlParams.cursor)
-          if (urlParams.cursor !== undefined && Option.isNone(after)) return yield* Effect.fail(invalidCursor)
+          const limit = urlParams.limit ?? DEFAULT_PAGE_SIZE
+          const after = yield* decodeCursor(urlParams.cursor)
           const page = yield* repo.list(orgId, {
             limit,
-            after,
+            after: Option.fromNullable(after),
             ...(urlParams.recipient !== undefined ? { recipient: urlParams.recipient } : {}),
             ...(urlParams.sender !== undefined ? { sender: urlParams.sender } : {}),
             ...(urlParams.event_type !== undefined ? { eventType: urlParams.event_type } : {}),
@@ -104,7 +84,11 @@ export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handl
           const last = page.rows[page.rows.length - 1]
           return {
             items: page.rows.map(toSummary),
-            meta: { total: page.total, limit, cursor: page.more && last ? encodeCursor(last) : null }
+            meta: {
+              total: page.total,
+              limit,
+              cursor: page.more && last ? encodeCursor({ createdAt: last.received_at, id: last.id }) : null
+            }
           }
         }))
       .handle("get", ({ path }) =>

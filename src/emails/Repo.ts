@@ -32,7 +32,7 @@ export interface EmailRow {
 
 export interface EmailListQuery {
   readonly limit: number
-  readonly after: Option.Option<{ readonly receivedAt: Date; readonly id: string }>
+  readonly after: Option.Option<{ readonly createdAt: Date; readonly id: string }>
   readonly recipient?: string
   readonly sender?: string
   readonly eventType?: string
@@ -61,7 +61,7 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
         const conds = filters(orgId, q)
         const page = Option.match(q.after, {
           onNone: () => conds,
-          onSome: (c) => [...conds, sql`(received_at, id) < (${c.receivedAt}, ${c.id})`]
+          onSome: (c) => [...conds, sql`(received_at, id) < (${c.createdAt}, ${c.id})`]
         })
         const rows = yield* sql<EmailRow>`SELECT * FROM emails WHERE ${sql.and(page)}
           ORDER BY received_at DESC, id DESC LIMIT ${q.limit + 1}`

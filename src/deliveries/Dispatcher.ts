@@ -48,7 +48,7 @@ export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailro
     })
 
     /** Signs the stored payload afresh and POSTs it to the endpoint's checked address. */
-    const http = (row: DeliveryRow, endpoint: EndpointRow, attempt: number) =>
+    const http = (row: DeliveryRow, endpoint: EndpointRow, secretOrNull: string | null, attempt: number) =>
       Effect.gen(function*() {
         const target = yield* checkUrl(endpoint.url ?? "", { allowPrivate: config.webhookAllowPrivateUrls }).pipe(
           Effect.provideService(Dns, dns),
@@ -57,7 +57,7 @@ export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailro
         if (target._tag === "Left") {
           return failure("address_rejected", `endpoint URL refused: ${target.left.reason}`, false)
         }
-        const secret = yield* secrets.get(row.org_id)
+        const secret = secretOrNull !== null ? Option.some(secretOrNull) : yield* secrets.get(row.org_id)
         if (Option.isNone(secret)) return failure("organization_deleted", "the organization no longer exists", true)
         const t = Math.floor((yield* Clock.currentTimeMillis) / 1000)
         const result = yield* postJson({
@@ -93,51 +93,72 @@ export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailro
       })
 
     /** One attempt for a delivery whose endpoint is known; the destination kind is chosen here. */
-    const attempt = (row: DeliveryRow, endpoint: EndpointRow, attemptNumber: number): Effect.Effect<AttemptResult> =>
+    const attempt = (
+      row: DeliveryRow,
+      endpoint: EndpointRow,
+      secret: string | null,
+      attemptNumber: number
+    ): Effect.Effect<AttemptResult> =>
       endpoint.kind === "http"
-        ? http(row, endpoint, attemptNumber)
+        ? http(row, endpoint, secret, attemptNumber)
         : Effect.succeed(failure("function_unavailable", "hosted functions are not available on this deployment", true))
 
-    /** After a confirmed delivery, drop the stored content if the account asked for it. */
-    const discardIfConfirmed = (row: DeliveryRow) =>
+    /** After a confirmed delivery of an account that asked for it, drop the stored content. */
+    const discardContent = (row: DeliveryRow) =>
       row.email_id === null ? Effect.void : sql`
-        WITH org AS (SELECT discard_content_on_webhook_confirmed AS discard FROM organizations WHERE id = ${row.org_id}),
-        marked AS (
+        WITH marked AS (
           UPDATE emails SET content_discarded_at = now()
-          WHERE id = ${row.email_id} AND content_discarded_at IS NULL AND (SELECT discard FROM org)
+          WHERE id = ${row.email_id} AND content_discarded_at IS NULL
           RETURNING id)
         DELETE FROM email_contents WHERE email_id IN (SELECT id FROM marked)`.pipe(Effect.asVoid)
 
-    return { attempt, discardIfConfirmed } as const
+    return { attempt, discardContent } as const
   })
 }) {}
+
+type ContextRow = EndpointRow & {
+  readonly webhook_secret: string | null
+  readonly discard_on_confirm: boolean
+  readonly discarded: boolean
+  readonly superseded: boolean
+}
+
+/**
+ * Everything an attempt needs, in one query: the endpoint, the signing secret, the account's discard
+ * setting, and whether the email's content is gone or another delivery to this endpoint already
+ * succeeded.
+ */
+const loadContext = (row: DeliveryRow) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<ContextRow>`
+      SELECT e.*, o.webhook_secret, o.discard_content_on_webhook_confirmed AS discard_on_confirm,
+        EXISTS (SELECT 1 FROM emails m WHERE m.id = ${row.email_id} AND m.content_discarded_at IS NOT NULL) AS discarded,
+        EXISTS (SELECT 1 FROM deliveries d WHERE d.email_id = ${row.email_id} AND d.endpoint_id = e.id
+                  AND d.id <> ${row.id} AND d.status IN ('delivered', 'header_confirmed')) AS superseded
+      FROM endpoints e JOIN organizations o ON o.id = e.org_id
+      WHERE e.id = ${row.endpoint_id} AND e.org_id = ${row.org_id}`
+  ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])))
 
 /** What to do with a claimed row before any HTTP: deleted endpoint, superseded, discarded content. */
 const precheck = (row: DeliveryRow) =>
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const endpoints = yield* EndpointsRepo
-    const endpoint = yield* endpoints.findAny(row.org_id, row.endpoint_id)
-    if (Option.isNone(endpoint) || endpoint.value.deactivated_at !== null) {
+    const found = yield* loadContext(row)
+    if (Option.isNone(found) || found.value.deactivated_at !== null) {
       return { _tag: "Skip", code: "endpoint_deleted", error: "the endpoint was deleted" } as const
     }
+    const ctx = found.value
     if (row.email_id !== null) {
-      const facts = yield* sql<{ discarded: boolean; superseded: boolean }>`
-        SELECT
-          EXISTS (SELECT 1 FROM emails WHERE id = ${row.email_id} AND content_discarded_at IS NOT NULL) AS discarded,
-          EXISTS (SELECT 1 FROM deliveries WHERE email_id = ${row.email_id} AND endpoint_id = ${row.endpoint_id}
-                    AND id <> ${row.id} AND status IN ('delivered', 'header_confirmed')) AS superseded`
-      if (facts[0]?.superseded && row.replay_of === null) {
+      if (ctx.superseded && row.replay_of === null) {
         return { _tag: "Skip", code: "superseded", error: "another delivery to this endpoint already succeeded for this email" } as const
       }
-      if (facts[0]?.discarded) {
+      if (ctx.discarded) {
         return { _tag: "Skip", code: "content_discarded", error: "the email's stored content was discarded before delivery" } as const
       }
     }
-    if (!endpoint.value.enabled && row.replay_of === null) {
+    if (!ctx.enabled && row.replay_of === null) {
       return { _tag: "Skip", code: "endpoint_disabled", error: "the endpoint is disabled" } as const
     }
-    return { _tag: "Go", endpoint: endpoint.value } as const
+    return { _tag: "Go", endpoint: ctx, secret: ctx.webhook_secret, discardOnConfirm: ctx.discard_on_confirm } as const
   })
 
 /** Runs one claimed delivery to completion of this round: attempt, record, schedule or finish. */
@@ -154,7 +175,7 @@ export const processDelivery = (row: DeliveryRow, worker: string, options: { rea
       return "failed" as const
     }
     const number = row.attempt_count + 1
-    const result = yield* attempts.attempt(row, check.endpoint, number)
+    const result = yield* attempts.attempt(row, check.endpoint, check.secret, number)
     const record: AttemptRecord = {
       attempt: number,
       startedAt,
@@ -172,12 +193,15 @@ export const processDelivery = (row: DeliveryRow, worker: string, options: { rea
       const now = yield* Clock.currentTimeMillis
       completion = { _tag: "Retry", at: new Date(now + Duration.toMillis(delays[number - 1]!)) }
     }
-    const sql = yield* SqlClient.SqlClient
-    // The result and the content discard it triggers commit together.
-    yield* Effect.gen(function*() {
-      const recorded = yield* queue.complete(row, record, completion, worker)
-      if (recorded && result.confirmed) yield* attempts.discardIfConfirmed(row)
-    }).pipe(sql.withTransaction)
+    if (result.confirmed && check.discardOnConfirm) {
+      // The result and the content discard it triggers commit together.
+      const sql = yield* SqlClient.SqlClient
+      yield* Effect.gen(function*() {
+        if (yield* queue.complete(row, record, completion, worker)) yield* attempts.discardContent(row)
+      }).pipe(sql.withTransaction)
+    } else {
+      yield* queue.complete(row, record, completion, worker)
+    }
     return completion._tag === "Done" ? completion.status : "pending" as const
   })
 

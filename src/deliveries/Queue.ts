@@ -78,8 +78,9 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
           VALUES (${d.orgId}, ${d.emailId}, ${d.endpointId}, ${d.eventId}, ${d.eventType}, ${d.payload},
             ${d.replayOf ?? null}, ${d.sender}, ${d.recipient}, ${d.subject})
           RETURNING id`
-        // Delivered to listeners at commit: workers wake without polling.
-        yield* sql`SELECT pg_notify(${NOTIFY_CHANNEL}, '')`
+        // Delivered to listeners at commit: workers wake without polling. (The payload must not be
+        // empty: the client library drops empty notifications.)
+        yield* sql`SELECT pg_notify(${NOTIFY_CHANNEL}, 'due')`
         return rows[0]!.id
       }).pipe(Effect.orDie)
 
@@ -111,7 +112,10 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
         return rows
       }).pipe(Effect.withSpan("DeliveryQueue.claim"))
 
-    /** Records one attempt and the delivery's new state, if this worker still holds the lease. */
+    /**
+     * Records one attempt and the delivery's new state in a single statement (one round trip, one
+     * commit), if this worker still holds the lease; false when another worker took the row over.
+     */
     const complete = (
       row: DeliveryRow,
       attempt: AttemptRecord | null,
@@ -123,25 +127,28 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
         const now = new Date(yield* Clock.currentTimeMillis)
         const status = completion._tag === "Done" ? completion.status : "pending"
         const next = completion._tag === "Retry" ? completion.at : now
-        const updated = yield* sql<{ id: string }>`
-          UPDATE deliveries SET status = ${status}, next_attempt_at = ${next}, lease_owner = NULL,
-            attempt_count = attempt_count + ${attempt === null ? 0 : 1},
-            duration_ms = ${attempt?.durationMs ?? row.duration_ms},
-            last_error = ${attempt === null ? skipped?.error ?? row.last_error : attempt.error},
-            last_error_code = ${attempt === null ? skipped?.code ?? row.last_error_code : attempt.errorCode},
-            last_status_code = ${attempt === null ? row.last_status_code : attempt.statusCode},
-            updated_at = ${now}
-          WHERE id = ${row.id} AND lease_owner = ${row.lease_owner}
-          RETURNING id`
-        if (updated.length === 0) return false
-        if (attempt !== null) {
-          yield* sql`INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, status_code,
-                       error_code, error, response_excerpt, worker)
-                     VALUES (${row.id}, ${attempt.attempt}, ${attempt.startedAt}, ${attempt.durationMs},
-                       ${attempt.statusCode}, ${attempt.errorCode}, ${attempt.error}, ${attempt.responseExcerpt}, ${worker})`
-        }
-        return true
-      }).pipe(sql.withTransaction, Effect.withSpan("DeliveryQueue.complete"))
+        const rows = yield* sql<{ id: string }>`
+          WITH updated AS (
+            UPDATE deliveries SET status = ${status}, next_attempt_at = ${next}, lease_owner = NULL,
+              attempt_count = attempt_count + ${attempt === null ? 0 : 1},
+              duration_ms = ${attempt?.durationMs ?? row.duration_ms},
+              last_error = ${attempt === null ? skipped?.error ?? row.last_error : attempt.error},
+              last_error_code = ${attempt === null ? skipped?.code ?? row.last_error_code : attempt.errorCode},
+              last_status_code = ${attempt === null ? row.last_status_code : attempt.statusCode},
+              updated_at = ${now}
+            WHERE id = ${row.id} AND lease_owner = ${row.lease_owner}
+            RETURNING id),
+          recorded AS (
+            INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error_code,
+              error, response_excerpt, worker)
+            SELECT id, ${attempt?.attempt ?? 0}, ${attempt?.startedAt ?? now}, ${attempt?.durationMs ?? 0},
+              ${attempt?.statusCode ?? null}, ${attempt?.errorCode ?? null}, ${attempt?.error ?? null},
+              ${attempt?.responseExcerpt ?? null}, ${worker}
+            FROM updated WHERE ${attempt !== null}
+            RETURNING delivery_id)
+          SELECT id FROM updated`
+        return rows.length > 0
+      }).pipe(Effect.withSpan("DeliveryQueue.complete"))
 
     /** A failure of the dispatcher itself (not of the endpoint): back off, dead-letter after `max`. */
     const dispatchFailed = (row: DeliveryRow, message: string, max: number) =>

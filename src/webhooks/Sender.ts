@@ -4,8 +4,8 @@
  * are not followed, the whole attempt has a deadline and only the first bytes of the answer are kept.
  */
 import { Effect } from "effect"
-import { request as httpRequest, type IncomingMessage } from "node:http"
-import { request as httpsRequest } from "node:https"
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http"
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https"
 import { isIP, type LookupFunction } from "node:net"
 import type { CheckedUrl } from "../net/Ssrf.js"
 
@@ -46,6 +46,29 @@ const readLimited = (res: IncomingMessage, max: number): Promise<string> =>
     res.on("close", done)
   })
 
+/**
+ * Keep-alive agents, one per checked destination (scheme, address, port, host name): connections
+ * are reused across deliveries, and a pooled socket can only lead to the address it was opened to.
+ */
+const agents = new Map<string, HttpAgent>()
+const MAX_AGENTS = 256
+
+const agentFor = (target: CheckedUrl, address: string) => {
+  const key = `${target.url.protocol}//${address}:${target.port}/${target.hostname}`
+  let agent = agents.get(key)
+  if (agent === undefined) {
+    if (agents.size >= MAX_AGENTS) {
+      const [oldestKey, oldest] = agents.entries().next().value as [string, HttpAgent]
+      oldest.destroy()
+      agents.delete(oldestKey)
+    }
+    const options = { keepAlive: true, maxSockets: 64, maxFreeSockets: 16, timeout: 60_000 }
+    agent = target.url.protocol === "https:" ? new HttpsAgent(options) : new HttpAgent(options)
+    agents.set(key, agent)
+  }
+  return agent
+}
+
 export const postJson = (options: SendOptions): Effect.Effect<SendResult> =>
   Effect.async<SendResult>((resume) => {
     const started = performance.now()
@@ -77,7 +100,7 @@ export const postJson = (options: SendOptions): Effect.Effect<SendResult> =>
       lookup,
       // SNI carries names only; an IP-literal URL sends none.
       ...(isIP(target.hostname) === 0 ? { servername: target.hostname } : {}),
-      agent: false,
+      agent: agentFor(target, pinned.address),
       headers: {
         ...options.headers,
         "content-type": "application/json",

@@ -1,0 +1,95 @@
+/**
+ * Delivery dispatch benchmark (issue 7 §2): deliveries enqueued straight into the queue table, a
+ * loopback receiver that answers after 20 ms. Prints enqueue → first-attempt p50/p99 at a steady
+ * 100 deliveries/s, then the sustained deliveries/s draining a backlog, and the commits per
+ * delivery attempt (pg_stat_database.xact_commit). PostgreSQL only (DATABASE_URL).
+ *
+ *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-dispatch.ts [--seconds 10] [--backlog 5000]
+ */
+import { createServer } from "node:http"
+import pg from "pg"
+import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
+
+const SECONDS = arg("seconds", 10)
+const BACKLOG = arg("backlog", 5000)
+
+const main = async () => {
+  if (!process.env.DATABASE_URL) throw new Error("set DATABASE_URL: the dispatch benchmark runs on PostgreSQL")
+  const db = await scratch("dispatch")
+  const [org] = await provision(db.env, 1)
+  const lat: Array<number> = []
+  let received = 0
+  const receiver = createServer((req, res) => {
+    const chunks: Array<Buffer> = []
+    req.on("data", (c: Buffer) => chunks.push(c))
+    req.on("end", () => {
+      const at = Date.now()
+      const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { enqueued_at?: number }
+      if (typeof body.enqueued_at === "number") lat.push(at - body.enqueued_at)
+      received++
+      setTimeout(() => res.writeHead(200).end("ok"), 20)
+    })
+  })
+  receiver.keepAliveTimeout = 30_000
+  await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", () => r()))
+  const address = receiver.address()
+  const port = typeof address === "object" && address !== null ? address.port : 0
+  const service = await startService(db.env)
+  const client = new pg.Client({ connectionString: db.adminUrl })
+  await client.connect()
+  try {
+    const created = await fetch(`${service.baseUrl}/v1/endpoints`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${org!.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ url: `http://127.0.0.1:${port}/hook` })
+    }).then((r) => r.json() as Promise<{ data: { id: string } }>)
+    const endpointId = created.data.id
+    const enqueue = async (n: number) => {
+      const now = Date.now()
+      const payloads = Array.from({ length: n }, (_, i) => JSON.stringify({ id: `evt_b${now}_${i}`, event: "email.received", enqueued_at: now }))
+      await client.query(
+        `INSERT INTO deliveries (org_id, endpoint_id, event_id, event_type, payload)
+         SELECT $1, $2, 'evt_' || md5(p), 'email.received', p FROM unnest($3::text[]) AS p`,
+        [org!.id, endpointId, payloads]
+      )
+      await client.query(`SELECT pg_notify('mailroom_deliveries', 'due')`)
+    }
+    const commits = async () =>
+      Number((await client.query("SELECT xact_commit::bigint AS n FROM pg_stat_database WHERE datname = current_database()")).rows[0].n)
+
+    // 1. Steady 100/s: 10 every 100 ms.
+    const c0 = await commits()
+    const steadyEnd = Date.now() + SECONDS * 1000
+    let sent = 0
+    while (Date.now() < steadyEnd) {
+      await enqueue(10)
+      sent += 10
+      await new Promise((r) => setTimeout(r, 100))
+    }
+    while (received < sent && Date.now() < steadyEnd + 30_000) await new Promise((r) => setTimeout(r, 50))
+    const c1 = await commits()
+    const steady = [...lat].sort((a, b) => a - b)
+    // 2. Backlog drain.
+    lat.length = 0
+    received = 0
+    const t0 = Date.now()
+    await enqueue(BACKLOG)
+    while (received < BACKLOG && Date.now() - t0 < 300_000) await new Promise((r) => setTimeout(r, 20))
+    const drainS = (Date.now() - t0) / 1000
+    console.log(`\nbench-dispatch: receiver answers in 20 ms, PostgreSQL`)
+    console.log(`steady 100/s for ${SECONDS} s: enqueue→first attempt p50 ${percentile(steady, 0.5)} ms, p99 ${percentile(steady, 0.99)} ms (targets ≤ 20, ≤ 100)`)
+    console.log(`commits per delivery attempt: ${((c1 - c0 - sent / 10 * 2) / Math.max(1, sent)).toFixed(2)} (target ≤ 2; the benchmark's own inserts excluded)`)
+    console.log(`backlog of ${BACKLOG}: ${received} delivered in ${drainS.toFixed(1)} s → ${(received / drainS).toFixed(0)} deliveries/s (target ≥ 1000)`)
+    console.log(`service RSS ${(service.rssKb() / 1024).toFixed(0)} MB, peak ${(service.peakRssKb() / 1024).toFixed(0)} MB`)
+  } finally {
+    await client.end()
+    await service.stop()
+    receiver.close()
+    await db.cleanup()
+  }
+}
+
+main().catch((e) => {
+  console.error(e)
+  process.exit(1)
+})

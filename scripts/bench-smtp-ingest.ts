@@ -1,0 +1,70 @@
+/**
+ * SMTP ingest benchmark (issue 7 §1): 10 KB messages over 50 concurrent SMTP sessions, each
+ * answered 250 only after its durable commit. Prints sustained messages/s and the p50/p99 of
+ * end-of-DATA → 250, the commits per accepted email (pg_stat_database.xact_commit, PostgreSQL
+ * only) and the service's RSS. No endpoint is configured, so this measures ingestion alone.
+ *
+ *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-smtp-ingest.ts [--seconds 15] [--sessions 50]
+ */
+import pg from "pg"
+import { arg, message, percentile, provision, RawSmtp, scratch, startService } from "./bench-support.js"
+
+const SECONDS = arg("seconds", 15)
+const SESSIONS = arg("sessions", 50)
+
+const commits = async (url: string | undefined) => {
+  if (url === undefined) return undefined
+  const c = new pg.Client({ connectionString: url })
+  await c.connect()
+  const r = await c.query("SELECT xact_commit::bigint AS n FROM pg_stat_database WHERE datname = current_database()")
+  await c.end()
+  return Number(r.rows[0].n)
+}
+
+const main = async () => {
+  const db = await scratch("ingest")
+  const [org] = await provision(db.env, 1)
+  const service = await startService(db.env)
+  try {
+    // Warm-up: JIT, pools, prepared plans.
+    const warm = await RawSmtp.open(service.smtpPort)
+    for (let i = 0; i < 50; i++) await warm.send("warm@bench.local", org!.address, message(i, "warm@bench.local", org!.address))
+    warm.close()
+
+    const before = await commits(db.adminUrl)
+    const latencies: Array<number> = []
+    let refused = 0
+    let seq = 0
+    const deadline = performance.now() + SECONDS * 1000
+    const started = performance.now()
+    await Promise.all(Array.from({ length: SESSIONS }, async () => {
+      const c = await RawSmtp.open(service.smtpPort)
+      while (performance.now() < deadline) {
+        const i = seq++
+        const [code, ms] = await c.send("sender@bench.local", org!.address, message(i, "sender@bench.local", org!.address))
+        if (code === 250) latencies.push(ms)
+        else refused++
+      }
+      c.close()
+    }))
+    const elapsed = (performance.now() - started) / 1000
+    const after = await commits(db.adminUrl)
+    latencies.sort((a, b) => a - b)
+    const rate = latencies.length / elapsed
+    console.log(`\nbench-smtp-ingest: ${SESSIONS} sessions, 10 KB messages, ${elapsed.toFixed(1)} s, ${db.adminUrl ? "PostgreSQL" : "embedded PGlite"}`)
+    console.log(`accepted ${latencies.length} (refused ${refused}) → ${rate.toFixed(0)} msgs/s (target ≥ 500: ${(rate / 500).toFixed(2)}×)`)
+    console.log(`end-of-DATA → 250: p50 ${percentile(latencies, 0.5).toFixed(1)} ms, p99 ${percentile(latencies, 0.99).toFixed(1)} ms, max ${percentile(latencies, 1).toFixed(1)} ms`)
+    if (before !== undefined && after !== undefined) {
+      console.log(`commits per accepted email: ${((after - before) / Math.max(1, latencies.length)).toFixed(2)} (target ≤ 4)`)
+    }
+    console.log(`service RSS ${(service.rssKb() / 1024).toFixed(0)} MB, peak ${(service.peakRssKb() / 1024).toFixed(0)} MB (target ≤ 512 MB)`)
+  } finally {
+    await service.stop()
+    await db.cleanup()
+  }
+}
+
+main().catch((e) => {
+  console.error(e)
+  process.exit(1)
+})

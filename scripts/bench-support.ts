@@ -1,0 +1,208 @@
+/**
+ * Shared pieces of the benchmarks: a scratch database (PostgreSQL from DATABASE_URL, else embedded),
+ * organizations provisioned in-process before the service starts, the service as a child process,
+ * percentiles and a raw SMTP client that times end-of-DATA → 250 exactly.
+ */
+import { Effect, Layer } from "effect"
+import { spawn, type ChildProcess } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { connect, type Socket } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import pg from "pg"
+import { Provisioning } from "../src/identity/Provisioning.js"
+import { DatabaseLive } from "../src/platform/Database.js"
+import { freePort, testConfigLayer } from "../test/support/harness.js"
+
+export const arg = (name: string, fallback: number) => {
+  const i = process.argv.indexOf(`--${name}`)
+  return i > 0 ? Number(process.argv[i + 1]) : fallback
+}
+
+export const percentile = (sorted: ReadonlyArray<number>, p: number) =>
+  sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!
+
+export interface Scratch {
+  readonly env: Record<string, string>
+  readonly adminUrl: string | undefined
+  readonly cleanup: () => Promise<void>
+}
+
+/** A fresh database for one benchmark run. */
+export const scratch = async (label: string): Promise<Scratch> => {
+  const dataDir = mkdtempSync(join(tmpdir(), `mailroom-${label}-`))
+  const env: Record<string, string> = { DATA_DIR: dataDir, LOG_LEVEL: "none", DNS_SERVER: "127.0.0.1:9", WEBHOOK_ALLOW_PRIVATE_URLS: "true" }
+  const base = process.env.DATABASE_URL
+  let name: string | undefined
+  if (base) {
+    name = `mailroom_${label}_${process.pid}`
+    const admin = new pg.Client({ connectionString: base })
+    await admin.connect()
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    await admin.query(`CREATE DATABASE ${name}`)
+    await admin.end()
+    const u = new URL(base)
+    u.pathname = `/${name}`
+    env.DATABASE_URL = u.toString()
+  }
+  return {
+    env,
+    adminUrl: env.DATABASE_URL,
+    cleanup: async () => {
+      if (name !== undefined) {
+        const admin = new pg.Client({ connectionString: base })
+        await admin.connect()
+        await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+        await admin.end()
+      }
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  }
+}
+
+export interface Org {
+  readonly id: string
+  readonly apiKey: string
+  readonly address: string
+}
+
+/** Organizations created directly in the database (migrating it), before the service opens it. */
+export const provision = (env: Record<string, string>, count: number, plan: "developer" | "pro" = "developer") =>
+  Effect.runPromise(
+    Effect.gen(function*() {
+      const p = yield* Provisioning
+      const out: Array<Org> = []
+      for (let i = 0; i < count; i++) {
+        const org = yield* p.createOrganization({ name: `bench-${i}`, plan })
+        out.push({ id: org.id, apiKey: (yield* p.issueApiKey(org.id)).apiKey, address: org.managedInboxAddress })
+      }
+      return out
+    }).pipe(
+      Effect.provide(Provisioning.Default.pipe(Layer.provideMerge(DatabaseLive), Layer.provide(testConfigLayer(env)))),
+      Effect.scoped
+    )
+  )
+
+export interface Service {
+  readonly child: ChildProcess
+  readonly baseUrl: string
+  readonly smtpPort: number
+  readonly rssKb: () => number
+  readonly peakRssKb: () => number
+  readonly stop: () => Promise<void>
+}
+
+export const startService = async (env: Record<string, string>): Promise<Service> => {
+  const port = await freePort()
+  const smtpPort = await freePort()
+  // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during a run.
+  const extra = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
+  const child = spawn(process.execPath, [...extra, "--import", "tsx", "src/main.ts"], {
+    env: { ...process.env, ...env, PORT: String(port), SMTP_PORT: String(smtpPort), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` },
+    stdio: ["ignore", "ignore", "inherit"]
+  })
+  const baseUrl = `http://127.0.0.1:${port}`
+  const until = Date.now() + 60_000
+  for (;;) {
+    try {
+      if ((await fetch(`${baseUrl}/v1/health`)).ok) break
+    } catch { /* starting */ }
+    if (Date.now() > until) throw new Error("service did not start")
+    await new Promise((r) => setTimeout(r, 200))
+  }
+  const status = (field: string) => {
+    try {
+      const line = readFileSync(`/proc/${child.pid}/status`, "utf8").split("\n").find((l) => l.startsWith(field))
+      return Number(line?.split(/\s+/)[1] ?? 0)
+    } catch {
+      return 0
+    }
+  }
+  return {
+    child,
+    baseUrl,
+    smtpPort,
+    rssKb: () => status("VmRSS:"),
+    peakRssKb: () => status("VmHWM:"),
+    stop: () =>
+      new Promise((resolve) => {
+        child.once("exit", () => resolve())
+        child.kill("SIGTERM")
+        setTimeout(() => child.kill("SIGKILL"), 5000)
+      })
+  }
+}
+
+/**
+ * A minimal SMTP client on one connection: sends messages one after another and reports, for
+ * each, the time from the end-of-data dot to the server's reply.
+ */
+export class RawSmtp {
+  private buffer = ""
+  private waiters: Array<(line: string) => void> = []
+  private constructor(private readonly socket: Socket) {
+    socket.setEncoding("utf8")
+    socket.on("data", (chunk: string) => {
+      this.buffer += chunk
+      let i: number
+      while ((i = this.buffer.indexOf("\r\n")) >= 0) {
+        const line = this.buffer.slice(0, i)
+        this.buffer = this.buffer.slice(i + 2)
+        // Multi-line replies ("250-…") end with "250 …".
+        if (/^\d{3} /.test(line)) this.waiters.shift()?.(line)
+      }
+    })
+  }
+
+  static async open(port: number) {
+    const socket = connect(port, "127.0.0.1")
+    socket.setNoDelay(true)
+    const c = new RawSmtp(socket)
+    await c.reply() // greeting
+    c.socket.write("EHLO bench.local\r\n")
+    await c.reply()
+    return c
+  }
+
+  private reply() {
+    return new Promise<string>((resolve) => this.waiters.push(resolve))
+  }
+
+  /** Returns [reply code, milliseconds from end of data to the reply]. */
+  async send(from: string, to: string, data: string): Promise<[number, number]> {
+    this.socket.write(`MAIL FROM:<${from}>\r\n`)
+    await this.reply()
+    this.socket.write(`RCPT TO:<${to}>\r\n`)
+    const rcpt = await this.reply()
+    if (!rcpt.startsWith("250")) return [Number(rcpt.slice(0, 3)), 0]
+    this.socket.write("DATA\r\n")
+    await this.reply()
+    this.socket.write(data.replace(/\n\./g, "\n.."))
+    const t0 = performance.now()
+    this.socket.write("\r\n.\r\n")
+    const done = await this.reply()
+    return [Number(done.slice(0, 3)), performance.now() - t0]
+  }
+
+  close() {
+    this.socket.end("QUIT\r\n")
+  }
+}
+
+/** A 10 KB-ish message with a unique id. */
+export const message = (i: number, from: string, to: string, bodyBytes = 10 * 1024) => {
+  const line = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor.\r\n"
+  const body = line.repeat(Math.ceil(bodyBytes / line.length))
+  return [
+    `From: Bench <${from}>`,
+    `To: <${to}>`,
+    `Subject: bench ${i}`,
+    `Message-ID: <bench-${i}-${process.pid}@bench.local>`,
+    `Date: ${new Date().toUTCString()}`,
+    `X-Bench-Sent: ${Date.now()}`,
+    "MIME-Version: 1.0",
+    "Content-Type: text/plain; charset=utf-8",
+    "",
+    body
+  ].join("\r\n")
+}

@@ -72,15 +72,16 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
 
     const enqueue = (d: NewDelivery) =>
       Effect.gen(function*() {
+        // NOTIFY is delivered to listeners at commit, so workers wake without polling. (Its payload
+        // must not be empty: the client library drops empty notifications.)
         const rows = yield* sql<{ id: string }>`
-          INSERT INTO deliveries (org_id, email_id, endpoint_id, event_id, event_type, payload, replay_of,
-            email_sender, email_recipient, email_subject)
-          VALUES (${d.orgId}, ${d.emailId}, ${d.endpointId}, ${d.eventId}, ${d.eventType}, ${d.payload},
-            ${d.replayOf ?? null}, ${d.sender}, ${d.recipient}, ${d.subject})
-          RETURNING id`
-        // Delivered to listeners at commit: workers wake without polling. (The payload must not be
-        // empty: the client library drops empty notifications.)
-        yield* sql`SELECT pg_notify(${NOTIFY_CHANNEL}, 'due')`
+          WITH inserted AS (
+            INSERT INTO deliveries (org_id, email_id, endpoint_id, event_id, event_type, payload, replay_of,
+              email_sender, email_recipient, email_subject)
+            VALUES (${d.orgId}, ${d.emailId}, ${d.endpointId}, ${d.eventId}, ${d.eventType}, ${d.payload},
+              ${d.replayOf ?? null}, ${d.sender}, ${d.recipient}, ${d.subject})
+            RETURNING id)
+          SELECT id, pg_notify(${NOTIFY_CHANNEL}, 'due') FROM inserted`
         return rows[0]!.id
       }).pipe(Effect.orDie)
 

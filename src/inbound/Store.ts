@@ -49,22 +49,26 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
         const stored: Array<StoredEmail> = []
         for (const r of recipients) {
           const rejected = isRejected(message.spam, r.spamThreshold)
+          // The email and its raw content in one statement: one round trip per recipient copy.
           const rows = yield* sql<{ id: string }>`
-            INSERT INTO emails (org_id, domain_id, recipient, envelope_from, from_address, from_name, to_addresses,
-              cc_addresses, subject, message_id, in_reply_to, "references", sent_at, headers, attachments, size_bytes,
-              spam_score, auth, event_type, status, rejection_reason, parse_error, client_address, helo)
-            VALUES (${r.orgId}, ${r.domainId}, ${r.address}, ${message.envelopeFrom}, ${p.from?.address ?? null},
-              ${p.from?.name ?? null}, ${JSON.stringify(p.to)}::jsonb, ${JSON.stringify(p.cc)}::jsonb, ${p.subject},
-              ${p.messageId}, ${p.inReplyTo}, ${JSON.stringify(p.references)}::jsonb, ${p.date},
-              ${JSON.stringify(p.headers)}::jsonb, ${JSON.stringify(p.attachments)}::jsonb, ${message.raw.length},
-              ${message.spam.score}, ${JSON.stringify(message.auth)}::jsonb, ${message.event},
-              ${rejected ? "rejected" : "accepted"},
-              ${rejected ? `spam score ${message.spam.score} above threshold ${r.spamThreshold} (${message.spam.rules.join(", ")})` : null},
-              ${message.parseError}, ${message.clientAddress}, ${message.helo})
-            RETURNING id`
+            WITH email AS (
+              INSERT INTO emails (org_id, domain_id, recipient, envelope_from, from_address, from_name, to_addresses,
+                cc_addresses, subject, message_id, in_reply_to, "references", sent_at, headers, attachments, size_bytes,
+                spam_score, auth, event_type, status, rejection_reason, parse_error, client_address, helo)
+              VALUES (${r.orgId}, ${r.domainId}, ${r.address}, ${message.envelopeFrom}, ${p.from?.address ?? null},
+                ${p.from?.name ?? null}, ${JSON.stringify(p.to)}::jsonb, ${JSON.stringify(p.cc)}::jsonb, ${p.subject},
+                ${p.messageId}, ${p.inReplyTo}, ${JSON.stringify(p.references)}::jsonb, ${p.date},
+                ${JSON.stringify(p.headers)}::jsonb, ${JSON.stringify(p.attachments)}::jsonb, ${message.raw.length},
+                ${message.spam.score}, ${JSON.stringify(message.auth)}::jsonb, ${message.event},
+                ${rejected ? "rejected" : "accepted"},
+                ${rejected ? `spam score ${message.spam.score} above threshold ${r.spamThreshold} (${message.spam.rules.join(", ")})` : null},
+                ${message.parseError}, ${message.clientAddress}, ${message.helo})
+              RETURNING id),
+            content AS (
+              INSERT INTO email_contents (email_id, raw, text_body, html_body)
+              SELECT id, ${message.raw}, ${p.text}, ${p.html} FROM email)
+            SELECT id FROM email`
           const id = rows[0]!.id
-          yield* sql`INSERT INTO email_contents (email_id, raw, text_body, html_body)
-                     VALUES (${id}, ${message.raw}, ${p.text}, ${p.html})`
           const email: StoredEmail = { id, orgId: r.orgId, recipient: r, status: rejected ? "rejected" : "accepted" }
           if (!rejected) yield* onStored(email, message).pipe(Effect.provideService(SqlClient.SqlClient, sql))
           stored.push(email)

@@ -122,9 +122,8 @@ export const InboxHttpLive = HttpApiBuilder.group(MailroomApi, "inbox", (handler
         })
         const issues: Array<InboxIssue> = []
         if (destination === null) {
-          // The address's own routes count only when their endpoint is enabled; a route to a disabled one explains why.
-          const disabled = [...slot(all, null).filter((e) => !e.enabled), ...all.filter((e) => e.is_route_target && !e.enabled)]
-          issues.push(...missingDestination(disabled, 0, address))
+          // The resolver already passed over routes to disabled endpoints; a disabled fallback explains the gap.
+          issues.push(...missingDestination(slot(all, null).filter((e) => !e.enabled), 0, address))
         }
         issues.push(...deliveryIssues(lastDelivery))
         return finish({

@@ -12,6 +12,7 @@ import { ServiceApi } from "./service/Api.js"
 import { DomainsApi } from "./domains/Api.js"
 import { EndpointsApi } from "./endpoints/Api.js"
 import { FiltersApi } from "./filters/Api.js"
+import { InboxApi } from "./inbox/Api.js"
 import { RoutesApi } from "./routes/Api.js"
 
 /**
@@ -53,6 +54,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(FiltersApi)
   .add(RoutesApi)
   .add(EmailsApi)
+  .add(InboxApi)
   .add(DownloadsApi)
   .add(DeliveriesApi)
   .add(AuthApi)

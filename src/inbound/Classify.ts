@@ -16,10 +16,38 @@ const hasPart = (p: ParsedEmail, types: ReadonlyArray<string>) =>
   p.attachments.some((a) => types.includes(a.content_type))
 
 /** `<receiver>!<policy domain>!<begin>!<end>[!id].xml[.gz|.zip]` (RFC 7489 §7.2.1.1). */
-const DMARC_AGGREGATE_NAME = /^[^!]+![^!]+!\d{9,}!\d{9,}(![^.]*)?\.(xml|xml\.gz|gz|zip)$/i
+const DMARC_AGGREGATE_NAME = /^[^!]+![^!]+!\d{9,}!\d{9,}(![^.]*)?\.(xml|xml\.gz|xml\.zip|gz|zip)$/i
 
 const BOUNCE_SENDER = /^(mailer-daemon|postmaster|mail-daemon)@/i
 const BOUNCE_SUBJECT = /(undeliver|delivery status notification|returned mail|failure notice|delivery failure|mail delivery failed)/i
+
+/**
+ * The body of the message's first part of a `message/<subtype>` report type. In a top-level report
+ * that part precedes any returned message, so a report quoted inside the returned message is never
+ * read instead.
+ */
+const reportPart = (head: string, subtypes: string): string | undefined => {
+  const re = new RegExp(`(?:^|\\n)content-type:[ \\t]*message\\/(?:${subtypes})\\b[^]*?\\r?\\n\\r?\\n([^]*?)(?:\\r?\\n--|$)`, "i")
+  return re.exec(head)?.[1]
+}
+
+const fieldValues = (part: string, field: string) =>
+  [...part.matchAll(new RegExp(`^${field}:[ \\t]*([a-z-]+)`, "gim"))].map((m) => m[1]!.toLowerCase())
+
+const dsnActions = (head: string): ReadonlyArray<string> => {
+  const part = reportPart(head, "delivery-status|global-delivery-status")
+  return part === undefined ? [] : fieldValues(part, "action")
+}
+
+/**
+ * A DSN is a bounce when a recipient failed. Delay warnings (`delayed`) and success notices
+ * (`delivered`, `relayed`, `expanded`) are DSNs too but not bounces: they stay `email.received`.
+ * A report without readable `Action:` fields is taken as a bounce, as its structure says.
+ */
+const isFailureDsn = (head: string) => {
+  const actions = dsnActions(head)
+  return actions.length === 0 || actions.includes("failed")
+}
 
 export const classify = (p: ParsedEmail, raw: Buffer): EventType => {
   const reportType = (p.contentTypeParams["report-type"] ?? "").toLowerCase()
@@ -33,11 +61,16 @@ export const classify = (p: ParsedEmail, raw: Buffer): EventType => {
   if ((isReport && reportType === "feedback-report") || hasPart(p, ["message/feedback-report"])) {
     // ARF is also used for abuse complaints; DMARC failure reports say Feedback-Type: auth-failure.
     const head = raw.subarray(0, 256 * 1024).toString("latin1")
-    if (/^Feedback-Type:\s*auth-failure/im.test(head)) return "email.dmarc_failure"
+    const part = reportPart(head, "feedback-report")
+    const types = part === undefined ? fieldValues(head, "feedback-type") : fieldValues(part, "feedback-type")
+    if (types.includes("auth-failure")) return "email.dmarc_failure"
+  }
+
+  if (isReport && (reportType === "delivery-status" || reportType === "global-delivery-status")) {
+    return isFailureDsn(raw.subarray(0, 256 * 1024).toString("latin1")) ? "email.bounced" : "email.received"
   }
 
   if (
-    (isReport && reportType === "delivery-status") ||
     hasPart(p, ["message/delivery-status", "message/global-delivery-status"]) ||
     (p.from !== null && BOUNCE_SENDER.test(p.from.address) && BOUNCE_SUBJECT.test(p.subject ?? ""))
   ) return "email.bounced"

@@ -28,6 +28,7 @@ import { ServiceHttpLive } from "../service/Http.js"
 import { DomainsHttpLive } from "../domains/Http.js"
 import { EndpointsHttpLive } from "../endpoints/Http.js"
 import { FiltersHttpLive } from "../filters/Http.js"
+import { InboxHttpLive } from "../inbox/Http.js"
 import { RoutesHttpLive } from "../routes/Http.js"
 import { ServiceRoutesLive } from "../service/Routes.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
@@ -71,7 +72,7 @@ export const DeliveryServicesLive = Layer.mergeAll(
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
   Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive, IdentityHttpLive]),
-  Layer.provide([EmailsHttpLive, DownloadsHttpLive, DeliveriesHttpLive]),
+  Layer.provide([EmailsHttpLive, DownloadsHttpLive, DeliveriesHttpLive, InboxHttpLive]),
   Layer.provide([DomainsHttpLive, EndpointsHttpLive, FiltersHttpLive, RoutesHttpLive]),
   Layer.provide(AuthenticationLive)
 )

@@ -12,6 +12,8 @@ export interface ZoneEntry {
   AAAA?: Array<string>
   TXT?: Array<string>
   MX?: Array<{ exchange: string; priority: number }>
+  /** Answer SERVFAIL for this name (a broken authoritative server). */
+  SERVFAIL?: boolean
 }
 
 export interface TestDnsShape {
@@ -56,7 +58,7 @@ export const startDnsServer = Effect.acquireRelease(
       const response = dnsPacket.encode({
         id: query.id,
         type: "response",
-        flags: dnsPacket.RECURSION_DESIRED | dnsPacket.RECURSION_AVAILABLE | (entry === undefined ? 3 : 0),
+        flags: dnsPacket.RECURSION_DESIRED | dnsPacket.RECURSION_AVAILABLE | (entry === undefined ? 3 : entry.SERVFAIL === true ? 2 : 0),
         questions: query.questions,
         answers
       })

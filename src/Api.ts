@@ -13,6 +13,7 @@ import { DomainsApi } from "./domains/Api.js"
 import { EndpointsApi } from "./endpoints/Api.js"
 import { FiltersApi } from "./filters/Api.js"
 import { RoutesApi } from "./routes/Api.js"
+import { ListenApi } from "./listen/Api.js"
 
 /**
  * HttpApi always declares its built-in `HttpApiDecodeError` (400); the server turns every decode
@@ -57,6 +58,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(DeliveriesApi)
   .add(AuthApi)
   .add(AuthSessionApi)
+  .add(ListenApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

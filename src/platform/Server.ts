@@ -29,6 +29,7 @@ import { DomainsHttpLive } from "../domains/Http.js"
 import { EndpointsHttpLive } from "../endpoints/Http.js"
 import { FiltersHttpLive } from "../filters/Http.js"
 import { RoutesHttpLive } from "../routes/Http.js"
+import { ListenHttpLive } from "../listen/Http.js"
 import { ServiceRoutesLive } from "../service/Routes.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { DomainsRepo } from "../domains/Repo.js"
@@ -71,7 +72,7 @@ export const DeliveryServicesLive = Layer.mergeAll(
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
   Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive, IdentityHttpLive]),
-  Layer.provide([EmailsHttpLive, DownloadsHttpLive, DeliveriesHttpLive]),
+  Layer.provide([EmailsHttpLive, DownloadsHttpLive, DeliveriesHttpLive, ListenHttpLive]),
   Layer.provide([DomainsHttpLive, EndpointsHttpLive, FiltersHttpLive, RoutesHttpLive]),
   Layer.provide(AuthenticationLive)
 )

@@ -14,12 +14,13 @@ import nodemailer from "nodemailer"
 import { type Browser, chromium } from "playwright-core"
 import { type CliEnv, runCli, startCli } from "./support/cli.js"
 import { freePort, TestServer } from "./support/harness.js"
+import { call } from "./support/http.js"
 import { identityService, resetLimits, signUp, uniqueEmail } from "./support/identity.js"
 import { startReceiver } from "./support/receiver.js"
 import { codeOf, SmtpSink } from "./support/smtpSink.js"
 
 /** Every CLI run starts a Node process that loads Effect and the contract: seconds each on a busy machine. */
-const SLOW = 240_000
+const SLOW = 480_000
 
 class BrowserTag extends Effect.Tag("test/CliBrowser")<BrowserTag, Browser>() {}
 
@@ -115,7 +116,7 @@ const sendMail = (to: string, subject: string) =>
       }
     }))
 
-layer(Env, { timeout: 180_000, excludeTestServices: true })("cli", (it) => {
+layer(Env, { timeout: 240_000, excludeTestServices: true })("cli", (it) => {
   describe("credentials", () => {
     it.effect("login runs the device flow approved in Chromium, stores 0600 tokens, refreshes them and logs out", () =>
       Effect.gen(function*() {
@@ -364,5 +365,108 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("cli", (it) => {
         expect(offline.code).toBe(4)
         expect(offline.stderr).toContain(`cannot reach http://127.0.0.1:${closed}/v1`)
       }), SLOW)
+  })
+
+  describe("listen API", () => {
+    const newAgent = Effect.map(
+      call("POST", "/v1/agent/accounts", { body: { terms_accepted: true } }),
+      (r) => ({ key: r.body.data.api_key as string, orgId: r.body.data.org_id as string })
+    )
+
+    it.effect("sessions: create (no-store), long-poll bounds, tenant isolation, the active cap and delete", () =>
+      Effect.gen(function*() {
+        yield* resetLimits
+        const a = yield* newAgent
+        const b = yield* newAgent
+        const unauthenticated = yield* call("POST", "/v1/listen/sessions", { body: {} })
+        expect(unauthenticated.status).toBe(401)
+        const strictBody = yield* call("POST", "/v1/listen/sessions", { token: a.key, body: { forward_to: "x" } })
+        expect(strictBody.status).toBe(400)
+        expect(strictBody.body.error.code).toBe("validation_error")
+
+        const created = yield* call("POST", "/v1/listen/sessions", { token: a.key, body: { device_name: "laptop" } })
+        expect(created.status).toBe(201)
+        expect(created.headers.get("cache-control")).toBe("no-store")
+        const session = created.body.data
+        expect(session).toMatchObject({ device_name: "laptop" })
+        // Same body again: a second listener gets a session of its own, not a replay of the first.
+        const second = yield* call("POST", "/v1/listen/sessions", { token: a.key, body: { device_name: "laptop" } })
+        expect(second.status).toBe(201)
+        expect(second.body.data.id).not.toBe(session.id)
+
+        const started = Date.now()
+        const empty = yield* call("GET", `/v1/listen/sessions/${session.id}/events?wait=1`, { token: a.key })
+        expect(empty.status).toBe(200)
+        expect(empty.body.data).toEqual([])
+        expect(Date.now() - started).toBeGreaterThanOrEqual(900)
+        const tooLong = yield* call("GET", `/v1/listen/sessions/${session.id}/events?wait=31`, { token: a.key })
+        expect(tooLong.status).toBe(400)
+        expect(tooLong.body.error.code).toBe("validation_error")
+        const foreign = yield* call("GET", `/v1/listen/sessions/${session.id}/events?wait=0`, { token: b.key })
+        expect(foreign.status).toBe(404)
+        const foreignDelete = yield* call("DELETE", `/v1/listen/sessions/${session.id}`, { token: b.key })
+        expect(foreignDelete.status).toBe(404)
+
+        for (let i = 0; i < 8; i++) {
+          expect((yield* call("POST", "/v1/listen/sessions", { token: a.key, body: {} })).status).toBe(201)
+        }
+        const capped = yield* call("POST", "/v1/listen/sessions", { token: a.key, body: {} })
+        expect(capped.status).toBe(409)
+        expect(capped.body.error.code).toBe("conflict")
+        expect(capped.body.error.details.remediation).toContain("mailroom listen")
+        expect((yield* call("POST", "/v1/listen/sessions", { token: b.key, body: {} })).status).toBe(201)
+
+        const deleted = yield* call("DELETE", `/v1/listen/sessions/${session.id}`, { token: a.key })
+        expect(deleted.status).toBe(200)
+        expect(deleted.body.data.id).toBe(session.id)
+        const gone = yield* call("GET", `/v1/listen/sessions/${session.id}/events?wait=0`, { token: a.key })
+        expect(gone.status).toBe(404)
+        expect((yield* call("POST", "/v1/listen/sessions", { token: a.key, body: {} })).status).toBe(201)
+      }))
+
+    it.effect("a new delivery is queued once for every active session of its organization, never for expired ones", () =>
+      Effect.gen(function*() {
+        yield* resetLimits
+        const sql = yield* SqlClient.SqlClient
+        const a = yield* newAgent
+        const b = yield* newAgent
+        const open = (key: string) => Effect.map(call("POST", "/v1/listen/sessions", { token: key, body: {} }), (r) => r.body.data.id as string)
+        const live = yield* open(a.key)
+        const expired = yield* open(a.key)
+        const other = yield* open(b.key)
+        yield* sql`UPDATE listen_sessions SET expires_at = now() - interval '1 second' WHERE id = ${expired}`
+        const payload = JSON.stringify({ id: "evt_listen_test", event: "email.received", email: { subject: "ü" } })
+        // A finished row: the dispatcher never picks it up, the trigger still fans it out.
+        const inserted = yield* sql<{ id: string }>`
+          INSERT INTO deliveries (org_id, endpoint_id, event_id, event_type, payload, status)
+          VALUES (${a.orgId}, gen_random_uuid(), 'evt_listen_test', 'email.received', ${payload}, 'failed') RETURNING id`
+        const queued = yield* sql<{ session_id: string }>`SELECT session_id FROM listen_events WHERE delivery_id = ${inserted[0]!.id}`
+        expect(queued.map((r) => r.session_id)).toEqual([live])
+
+        const secret = (yield* call("GET", "/v1/account/webhook-secret", { token: a.key })).body.data.secret as string
+        const events = yield* call("GET", `/v1/listen/sessions/${live}/events?wait=5`, { token: a.key })
+        expect(events.status).toBe(200)
+        expect(events.body.data).toHaveLength(1)
+        const event = events.body.data[0]
+        expect(event).toMatchObject({
+          delivery_id: inserted[0]!.id,
+          event_id: "evt_listen_test",
+          event_type: "email.received",
+          email_id: null,
+          replay_of: null,
+          payload
+        })
+        expect(verifySignature(secret, event.payload, event.headers["Mailroom-Signature"])).toBe(true)
+        expect(event.headers["mailroom-delivery-id"]).toBe(inserted[0]!.id)
+        // Taken once: the next poll has nothing.
+        const next = yield* call("GET", `/v1/listen/sessions/${live}/events?wait=0`, { token: a.key })
+        expect(next.body.data).toEqual([])
+        const otherEvents = yield* call("GET", `/v1/listen/sessions/${other}/events?wait=0`, { token: b.key })
+        expect(otherEvents.body.data).toEqual([])
+        // Polling keeps a session alive: the expired one is live again and receives later copies.
+        expect((yield* call("GET", `/v1/listen/sessions/${expired}/events?wait=0`, { token: a.key })).status).toBe(200)
+        const row = yield* sql<{ expires_at: Date }>`SELECT expires_at FROM listen_sessions WHERE id = ${expired}`
+        expect(row[0]!.expires_at.getTime()).toBeGreaterThan(Date.now() + 100_000)
+      }))
   })
 })

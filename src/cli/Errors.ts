@@ -56,9 +56,14 @@ export const reportOf = (error: unknown, apiBase: string): Report => {
     return { exitCode: ExitCode.usage, lines: [`error: ${message}`], json: { code: "usage_error", message } }
   }
   if (isHttpClientError(error)) {
-    if (error._tag === "RequestError") {
+    if (error._tag === "RequestError" && error.reason === "Transport") {
       const message = `cannot reach ${apiBase}: ${error.message}`
       return { exitCode: ExitCode.network, lines: [`error: ${message}`], json: { code: "network_error", message } }
+    }
+    if (error._tag === "RequestError") {
+      // InvalidUrl or Encode: the request could not even be built from what was given.
+      const message = `cannot send the request: ${error.message}`
+      return { exitCode: ExitCode.usage, lines: [`error: ${message}`], json: { code: "usage_error", message } }
     }
     const message = `unexpected response from ${apiBase}: ${error.message}`
     return { exitCode: ExitCode.other, lines: [`error: ${message}`], json: { code: "unexpected_response", message } }

@@ -32,7 +32,7 @@ const envOf = (env: CliEnv): NodeJS.ProcessEnv => {
 export interface RunningCli {
   readonly child: ChildProcessWithoutNullStreams
   readonly output: { stdout: string; stderr: string }
-  /** Resolves when stderr or stdout matches (rejects after `timeoutMs`). */
+  /** Resolves when stderr or stdout matches (rejects after `timeoutMs`; a cold start on a busy machine takes long). */
   readonly waitFor: (pattern: RegExp, timeoutMs?: number) => Promise<RegExpExecArray>
   readonly exit: Promise<CliResult>
 }
@@ -56,7 +56,7 @@ export const startCli = (args: ReadonlyArray<string>, env: CliEnv, stdin?: strin
   const exit = new Promise<CliResult>((resolve) => {
     child.on("close", (code) => resolve({ code, ...output }))
   })
-  const waitFor = (pattern: RegExp, timeoutMs = 30_000) =>
+  const waitFor = (pattern: RegExp, timeoutMs = 120_000) =>
     new Promise<RegExpExecArray>((resolve, reject) => {
       const check = () => {
         const m = pattern.exec(output.stderr) ?? pattern.exec(output.stdout)

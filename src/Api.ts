@@ -14,6 +14,7 @@ import { EndpointsApi } from "./endpoints/Api.js"
 import { FiltersApi } from "./filters/Api.js"
 import { InboxApi } from "./inbox/Api.js"
 import { RoutesApi } from "./routes/Api.js"
+import { ListenApi } from "./listen/Api.js"
 
 /**
  * HttpApi always declares its built-in `HttpApiDecodeError` (400); the server turns every decode
@@ -59,6 +60,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(DeliveriesApi)
   .add(AuthApi)
   .add(AuthSessionApi)
+  .add(ListenApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

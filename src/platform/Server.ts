@@ -30,6 +30,7 @@ import { EndpointsHttpLive } from "../endpoints/Http.js"
 import { FiltersHttpLive } from "../filters/Http.js"
 import { InboxHttpLive } from "../inbox/Http.js"
 import { RoutesHttpLive } from "../routes/Http.js"
+import { ListenHttpLive } from "../listen/Http.js"
 import { ServiceRoutesLive } from "../service/Routes.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { DomainsRepo } from "../domains/Repo.js"
@@ -72,7 +73,7 @@ export const DeliveryServicesLive = Layer.mergeAll(
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
   Layer.provide([ServiceHttpLive, AccountHttpLive, AgentAccountsHttpLive, IdentityHttpLive]),
-  Layer.provide([EmailsHttpLive, DownloadsHttpLive, DeliveriesHttpLive, InboxHttpLive]),
+  Layer.provide([EmailsHttpLive, DownloadsHttpLive, DeliveriesHttpLive, InboxHttpLive, ListenHttpLive]),
   Layer.provide([DomainsHttpLive, EndpointsHttpLive, FiltersHttpLive, RoutesHttpLive]),
   Layer.provide(AuthenticationLive)
 )

@@ -1,0 +1,89 @@
+/**
+ * How a failed command ends: the message on stderr (or a JSON error object with `--json`) and the
+ * exit code (README "CLI"). API errors are recognised by their tag from the typed client, so the
+ * code shown is the contract's, with `details.remediation`, `gates[].fix` and `Retry-After`.
+ */
+import { ValidationError as CliValidationError } from "@effect/cli"
+import { Cause, Console, Effect, Option, ParseResult, Predicate } from "effect"
+import { type ApiError, ErrorTable, type ErrorTag } from "../contract/Errors.js"
+import { CliFailure, ExitCode } from "./Failure.js"
+import { lastResponse } from "./Session.js"
+
+const isApiError = (e: unknown): e is ApiError =>
+  Predicate.hasProperty(e, "_tag") && typeof e._tag === "string" && Object.hasOwn(ErrorTable, e._tag)
+
+const isHttpClientError = (e: unknown): e is { _tag: "RequestError" | "ResponseError"; message: string; reason: string } =>
+  Predicate.hasProperty(e, "_tag") && (e._tag === "RequestError" || e._tag === "ResponseError") &&
+  Predicate.hasProperty(e, "reason")
+
+interface Report {
+  readonly exitCode: number
+  readonly lines: ReadonlyArray<string>
+  readonly json: Record<string, unknown>
+}
+
+const apiReport = (e: ApiError): Report => {
+  const code = ErrorTable[e._tag as ErrorTag].code
+  const lines = [`error: ${code}: ${e.message}`]
+  const json: Record<string, unknown> = { code, message: e.message }
+  const remediation = e.details?.remediation
+  if (remediation !== undefined) lines.push(`remediation: ${typeof remediation === "string" ? remediation : JSON.stringify(remediation)}`)
+  if (e.details !== undefined) json.details = e.details
+  for (const gate of e.gates ?? []) {
+    lines.push(`gate ${gate.name}: ${gate.message}${gate.fix ? ` (fix: ${gate.fix.action} ${gate.fix.subject})` : ""}`)
+  }
+  if (e.gates !== undefined) json.gates = e.gates
+  const retryAfter = lastResponse.headers["retry-after"]
+  if (retryAfter !== undefined) {
+    lines.push(`retry after: ${retryAfter} s`)
+    json.retry_after = Number(retryAfter)
+  }
+  return { exitCode: ExitCode.api, lines, json }
+}
+
+export const reportOf = (error: unknown, apiBase: string): Report => {
+  if (isApiError(error)) return apiReport(error)
+  if (error instanceof CliFailure) {
+    return {
+      exitCode: error.usage ? ExitCode.usage : ExitCode.other,
+      lines: [`error: ${error.message}`],
+      json: { code: error.usage ? "usage_error" : "cli_error", message: error.message }
+    }
+  }
+  if (ParseResult.isParseError(error)) {
+    // The typed client validates what it sends by encoding it against the contract first.
+    const message = `invalid input: ${error.message}`
+    return { exitCode: ExitCode.usage, lines: [`error: ${message}`], json: { code: "usage_error", message } }
+  }
+  if (isHttpClientError(error)) {
+    if (error._tag === "RequestError" && error.reason === "Transport") {
+      const message = `cannot reach ${apiBase}: ${error.message}`
+      return { exitCode: ExitCode.network, lines: [`error: ${message}`], json: { code: "network_error", message } }
+    }
+    if (error._tag === "RequestError") {
+      // InvalidUrl or Encode: the request could not even be built from what was given.
+      const message = `cannot send the request: ${error.message}`
+      return { exitCode: ExitCode.usage, lines: [`error: ${message}`], json: { code: "usage_error", message } }
+    }
+    const message = `unexpected response from ${apiBase}: ${error.message}`
+    return { exitCode: ExitCode.other, lines: [`error: ${message}`], json: { code: "unexpected_response", message } }
+  }
+  const message = error instanceof Error ? error.message : String(error)
+  return { exitCode: ExitCode.other, lines: [`error: ${message}`], json: { code: "cli_error", message } }
+}
+
+/** Prints the failure and returns the exit code. */
+export const reportFailure = (cause: Cause.Cause<unknown>, json: boolean, apiBase: string) =>
+  Effect.gen(function*() {
+    const failure = Cause.failureOption(cause)
+    if (Option.isSome(failure) && CliValidationError.isValidationError(failure.value)) {
+      // @effect/cli has already printed what was wrong and the usage.
+      return CliValidationError.isHelpRequested(failure.value) ? ExitCode.ok : ExitCode.usage
+    }
+    const error = Option.getOrElse(failure, () => Cause.squash(cause))
+    const report = reportOf(error, apiBase)
+    if (json) yield* Console.error(JSON.stringify({ error: report.json }))
+    else yield* Console.error(report.lines.join("\n"))
+    if (Option.isNone(failure) && process.env.MAILROOM_DEBUG) yield* Console.error(Cause.pretty(cause))
+    return report.exitCode
+  })

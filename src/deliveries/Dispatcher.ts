@@ -16,7 +16,7 @@ import { DatabaseKind } from "../platform/Database.js"
 import { randomToken } from "../platform/Secrets.js"
 import { postJson } from "../webhooks/Sender.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
-import { type AttemptRecord, type Completion, DeliveryQueue, type DeliveryRow, NOTIFY_CHANNEL } from "./Queue.js"
+import { type AttemptRecord, type Completion, DeliveryQueue, type DeliveryRow, leaseMillis, NOTIFY_CHANNEL } from "./Queue.js"
 
 export const CONFIRMATION_HEADER = "mailroom-confirmed"
 export const MAX_DISPATCH_ERRORS = 5
@@ -193,8 +193,7 @@ export const DispatcherLive = (options: DispatcherOptions = { concurrency: 32, p
     const config = yield* AppConfig
     const kind = yield* DatabaseKind
     const worker = `w_${randomToken(8)}`
-    // The lease outlives the HTTP timeout by a margin, so a live attempt is never taken over.
-    const leaseMs = Duration.toMillis(config.deliveryTimeout) + 30_000
+    const leaseMs = leaseMillis(config.deliveryTimeout)
     const slots = yield* Effect.makeSemaphore(options.concurrency)
     const wake = yield* Effect.makeLatch(false)
     let free = options.concurrency

@@ -6,7 +6,7 @@
  * overwrite the result of the worker that took the row over.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect } from "effect"
+import { Clock, Duration, Effect } from "effect"
 import { randomToken } from "../platform/Secrets.js"
 
 export type DeliveryStatus = "pending" | "delivered" | "header_confirmed" | "failed"
@@ -65,6 +65,15 @@ export type Completion =
   | { readonly _tag: "Retry"; readonly at: Date }
 
 export const NOTIFY_CHANNEL = "mailroom_deliveries"
+
+/** Beyond the HTTP timeout, what an attempt may spend on DNS, the endpoint lookup and recording. */
+export const LEASE_MARGIN_MS = 30_000
+
+/**
+ * How long a claim holds a delivery. It outlives the HTTP timeout by a margin, so a live attempt is
+ * never taken over by another worker; a crashed worker's delivery becomes due again after it.
+ */
+export const leaseMillis = (deliveryTimeout: Duration.Duration) => Duration.toMillis(deliveryTimeout) + LEASE_MARGIN_MS
 
 export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/DeliveryQueue", {
   effect: Effect.gen(function*() {

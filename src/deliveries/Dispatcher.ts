@@ -21,6 +21,8 @@ import { type AttemptRecord, type Completion, DeliveryQueue, type DeliveryRow, l
 export const CONFIRMATION_HEADER = "mailroom-confirmed"
 export const MAX_DISPATCH_ERRORS = 5
 const RESPONSE_EXCERPT_BYTES = 2048
+/** Recording an attempt's result: every 500 ms for up to 20 s, well inside the lease margin. */
+const RECORD_RETRY = Schedule.spaced("500 millis").pipe(Schedule.intersect(Schedule.recurs(40)))
 
 /** The outcome of one attempt against a destination. */
 export interface AttemptResult {
@@ -173,11 +175,14 @@ export const processDelivery = (row: DeliveryRow, worker: string, options: { rea
       completion = { _tag: "Retry", at: new Date(now + Duration.toMillis(delays[number - 1]!)) }
     }
     const sql = yield* SqlClient.SqlClient
-    // The result and the content discard it triggers commit together.
+    // The result and the content discard it triggers commit together. The attempt already happened:
+    // if the database is briefly unreachable, keep trying to record it while the lease still holds
+    // (fenced by the claim token, so a late write cannot clobber a takeover) rather than leave the
+    // row to be sent a second time when the lease runs out.
     yield* Effect.gen(function*() {
       const recorded = yield* queue.complete(row, record, completion, worker)
       if (recorded && result.confirmed) yield* attempts.discardIfConfirmed(row)
-    }).pipe(sql.withTransaction)
+    }).pipe(sql.withTransaction, Effect.retry(RECORD_RETRY))
     return completion._tag === "Done" ? completion.status : "pending" as const
   })
 

@@ -112,6 +112,8 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
         expect(ops.length).toBeGreaterThanOrEqual(20)
         const provisioning = yield* Provisioning
         const runs = Number(process.env.HOSTILE_RUNS ?? 12)
+        // Logged, so a failing run can be replayed with HOSTILE_SEED.
+        const seed = Number(process.env.HOSTILE_SEED ?? Math.floor(Math.random() * 2 ** 31))
         const failures: Array<string> = []
         let requests = 0
         let withSchema = 0
@@ -127,7 +129,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
             { weight: 5, arbitrary: valid.chain(mutate).map((v) => ({ json: v })) },
             { weight: 1, arbitrary: rawBody.map((raw) => ({ raw })) }
           )
-          const samples = fc.sample(fc.tuple(bodyArb, idArb, fc.boolean()), { numRuns: runs })
+          const samples = fc.sample(fc.tuple(bodyArb, idArb, fc.boolean()), { numRuns: runs, seed: seed + ops.indexOf(op) })
           for (const [body, id, withToken] of samples) {
             // Keep the per-organization and per-address windows from turning everything into 429s.
             if (requests % 60 === 0) clock.advance(3_700_000)
@@ -151,7 +153,8 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
             }
           }
         }
-        console.log(`hostile API: ${ops.length} operations (${withSchema} with a body schema), ${requests} requests, ${failures.length} failures; statuses ${JSON.stringify(Object.fromEntries(statuses))}`)
+        console.log(`hostile API (seed ${seed}): ${ops.length} operations (${withSchema} with a body schema), ${requests} requests, ${failures.length} failures; statuses ${JSON.stringify(Object.fromEntries(statuses))}`)
+        if (failures.length > 0) console.log(`hostile API failures:\n${failures.join("\n")}`)
         expect(failures).toEqual([])
       }), { timeout: 300_000 })
   })

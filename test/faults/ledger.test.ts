@@ -105,7 +105,8 @@ const checkLedger = async (
     expect(hs.every((h) => h.body.id === byId.get(id)!.event_id)).toBe(true)
     expect(faults.killAt, `duplicate ${id} without a kill`).not.toBeNull()
     const first = hs[0]!.at
-    expect(first).toBeLessThanOrEqual(faults.killAt!)
+    // Requests the killed process had already written are read by the receiver a moment later.
+    expect(first).toBeLessThanOrEqual(faults.killAt! + 1000)
     expect(first).toBeGreaterThanOrEqual(faults.killAt! - 5000)
     expect(hs[1]!.at - faults.killAt!).toBeLessThanOrEqual(LEASE_MS + 10_000)
   }

@@ -6,7 +6,7 @@
  */
 import { HttpApi } from "@effect/platform"
 import { describe, expect, layer } from "@effect/vitest"
-import { Arbitrary, Effect, Either, Exit, FastCheck as fc, Layer, Schema } from "effect"
+import { Arbitrary, Cause, Effect, Either, Exit, FastCheck as fc, Layer, Schema } from "effect"
 import { MailroomApi } from "../src/Api.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { MAX_BODY_BYTES } from "../src/platform/RequestPipeline.js"
@@ -143,7 +143,11 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
             if (Exit.isFailure(exit)) {
               // Only an over-limit body may be cut off (answered and closed before it was all sent).
               const size = "raw" in body ? body.raw.length : (JSON.stringify(body.json) ?? "").length
-              if (size <= MAX_BODY_BYTES) failures.push(`${op.method} ${path}: connection failed for a ${size}-byte body`)
+              if (size <= MAX_BODY_BYTES) {
+                const cause = String(Cause.squash(exit.cause)).slice(0, 300)
+                const sent = JSON.stringify("raw" in body ? body.raw : body.json).slice(0, 400)
+                failures.push(`${op.method} ${path}: connection failed for a ${size}-byte body ${sent}: ${cause}`)
+              }
               continue
             }
             const reply = exit.value

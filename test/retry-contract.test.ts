@@ -6,9 +6,9 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Duration, Effect, Either, Layer } from "effect"
+import { Clock, Duration, Effect, Either, Layer } from "effect"
 import nodemailer from "nodemailer"
-import { leaseMillis } from "../src/deliveries/Queue.js"
+import { DeliveryQueue, leaseMillis } from "../src/deliveries/Queue.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { parseDuration } from "../src/platform/Config.js"
 import { makeManualClock, TestServer, testDatabase, testServerOn } from "./support/harness.js"
@@ -165,6 +165,28 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("retry contract", (i
         expect(lease - Duration.toMillis(timeout)).toBeGreaterThanOrEqual(10_000)
       }
     })
+
+    it.effect("a delivery whose lease ran out (its worker died) is claimed before the backlog", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const p = yield* Provisioning
+        const org = yield* p.createOrganization({ name: "Lease", plan: "developer" })
+        const endpointId = "00000000-0000-4000-8000-000000000001"
+        // Due an hour from now on the service clock, so the service's own workers leave them alone.
+        const t = clock.clock.unsafeCurrentTimeMillis() + 3_600_000
+        yield* sql`INSERT INTO deliveries (org_id, endpoint_id, event_id, event_type, payload, next_attempt_at)
+                   SELECT ${org.id}, ${endpointId}, 'evt_backlog_' || i, 'email.received', '{}', ${new Date(t)}
+                   FROM generate_series(1, 50) AS i`
+        yield* sql`INSERT INTO deliveries (org_id, endpoint_id, event_id, event_type, payload, next_attempt_at, lease_owner)
+                   VALUES (${org.id}, ${endpointId}, 'evt_crashed', 'email.received', '{}', ${new Date(t + 600_000)}, 'w_dead:x')`
+        const ahead = { ...clock.clock, currentTimeMillis: Effect.succeed(t + 7_200_000) } as Clock.Clock
+        const claimed = yield* Effect.gen(function*() {
+          const queue = yield* DeliveryQueue
+          return yield* queue.claim("w_test", 1, 60_000)
+        }).pipe(Effect.provide(DeliveryQueue.Default), Effect.withClock(ahead))
+        expect(claimed.map((r) => r.event_id)).toEqual(["evt_crashed"])
+        yield* sql`DELETE FROM deliveries WHERE org_id = ${org.id}`
+      }))
 
     it.scoped("a claimed row in flight is leased past the attempt's HTTP deadline", () =>
       Effect.gen(function*() {

@@ -21,10 +21,14 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile MIME", (it)
         const timings: Array<string> = []
         for (const [name, raw] of Object.entries(adversarial())) {
           const started = performance.now()
+          const cpu = process.cpuUsage()
           const outcome = yield* Effect.promise(() => parseEmail(raw).then(() => "parsed", (e: Error) => `error: ${e.message}`))
+          const used = process.cpuUsage(cpu)
+          const cpuMs = (used.user + used.system) / 1000
           const ms = performance.now() - started
-          timings.push(`${name}: ${Math.round(ms)} ms (${outcome})`)
-          expect(ms, name).toBeLessThan(1000)
+          timings.push(`${name}: ${Math.round(ms)} ms wall, ${Math.round(cpuMs)} ms CPU (${outcome})`)
+          // CPU time, not wall time: on a shared two-core machine other processes stretch the wall clock.
+          expect(cpuMs, name).toBeLessThan(1000)
         }
         console.log(`hostile MIME parse times:\n  ${timings.join("\n  ")}`)
       }))

@@ -2,10 +2,11 @@
  * The delivery ledger under faults. 10,000 queued deliveries (2,000 with FAULTS_SCALE=ci) drained to
  * a loopback receiver while one of two worker processes is killed with SIGKILL (and restarted) and
  * the database is cut for 5 s through a TCP proxy (PostgreSQL itself keeps running). Afterwards:
- * every delivery is delivered, failed or dead-lettered (nothing pending, nothing missing); a
- * delivery reached the receiver twice only if it was in flight in the killed process, with the same
- * event id, and again within lease + 10 s of the kill; deliveries resume within 30 s of the database
- * returning, without restarting anything.
+ * every delivery is delivered, failed or dead-lettered (nothing pending, nothing missing); every
+ * request carries its delivery's one event id; a request the ledger does not record (a duplicate)
+ * comes only from an attempt in flight at the kill, sent again within lease + 10 s of it, or (a known
+ * gap, counted separately) from an attempt in flight when the database was cut; deliveries resume
+ * within 30 s of the database returning, without restarting anything.
  *
  * Embedded PGlite belongs to one process, so there the variant is one in-process service whose
  * database (PGlite on a socket) is cut and restored the same way; no kill.

@@ -3,6 +3,8 @@ import { defineConfig } from "vitest/config"
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
+    // The long fault-injection runs have their own config (`npm run test:faults`).
+    exclude: ["test/faults/**", "**/node_modules/**"],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: "forks",

@@ -16,11 +16,13 @@ import { DatabaseKind } from "../platform/Database.js"
 import { randomToken } from "../platform/Secrets.js"
 import { postJson } from "../webhooks/Sender.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
-import { type AttemptRecord, type Completion, DeliveryQueue, type DeliveryRow, NOTIFY_CHANNEL } from "./Queue.js"
+import { type AttemptRecord, type Completion, DeliveryQueue, type DeliveryRow, leaseMillis, NOTIFY_CHANNEL } from "./Queue.js"
 
 export const CONFIRMATION_HEADER = "mailroom-confirmed"
 export const MAX_DISPATCH_ERRORS = 5
 const RESPONSE_EXCERPT_BYTES = 2048
+/** Recording an attempt's result: every 500 ms for up to 20 s, well inside the lease margin. */
+const RECORD_RETRY = Schedule.spaced("500 millis").pipe(Schedule.intersect(Schedule.recurs(40)))
 
 /** The outcome of one attempt against a destination. */
 export interface AttemptResult {
@@ -193,14 +195,17 @@ export const processDelivery = (row: DeliveryRow, worker: string, options: { rea
       const now = yield* Clock.currentTimeMillis
       completion = { _tag: "Retry", at: new Date(now + Duration.toMillis(delays[number - 1]!)) }
     }
+    // The attempt already happened: if the database is briefly unreachable, keep trying to record it
+    // while the lease still holds (fenced by the claim token, so a late write cannot clobber a
+    // takeover) rather than leave the row to be sent a second time when the lease runs out.
     if (result.confirmed && check.discardOnConfirm) {
       // The result and the content discard it triggers commit together.
       const sql = yield* SqlClient.SqlClient
       yield* Effect.gen(function*() {
         if (yield* queue.complete(row, record, completion, worker)) yield* attempts.discardContent(row)
-      }).pipe(sql.withTransaction)
+      }).pipe(sql.withTransaction, Effect.retry(RECORD_RETRY))
     } else {
-      yield* queue.complete(row, record, completion, worker)
+      yield* queue.complete(row, record, completion, worker).pipe(Effect.retry(RECORD_RETRY))
     }
     return completion._tag === "Done" ? completion.status : "pending" as const
   })
@@ -217,8 +222,7 @@ export const DispatcherLive = (options: DispatcherOptions = { concurrency: 32, p
     const config = yield* AppConfig
     const kind = yield* DatabaseKind
     const worker = `w_${randomToken(8)}`
-    // The lease outlives the HTTP timeout by a margin, so a live attempt is never taken over.
-    const leaseMs = Duration.toMillis(config.deliveryTimeout) + 30_000
+    const leaseMs = leaseMillis(config.deliveryTimeout)
     const slots = yield* Effect.makeSemaphore(options.concurrency)
     const wake = yield* Effect.makeLatch(false)
     let free = options.concurrency

@@ -11,7 +11,7 @@ import { AppConfig } from "../platform/Config.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
 import type { WebhookDelivery } from "./Api.js"
 import { DeliveryAttempts, processDelivery } from "./Dispatcher.js"
-import { DeliveryQueue, type DeliveryRow } from "./Queue.js"
+import { DeliveryQueue, type DeliveryRow, leaseMillis } from "./Queue.js"
 
 /** CONTRACT.md: replay is limited to 30 per minute per organization. */
 export const REPLAY_LIMIT = { limit: 30, windowSeconds: 60 } as const
@@ -106,7 +106,7 @@ export const DeliveriesHttpLive = HttpApiBuilder.group(MailroomApi, "deliveries"
             recipient: original.email_recipient,
             subject: original.email_subject,
             replayOf: original.id
-          }, worker, Duration.toMillis(config.deliveryTimeout) + 30_000)
+          }, worker, leaseMillis(config.deliveryTimeout))
           const status = yield* processDelivery(claimed, worker, { retries: false }).pipe(Effect.provide(context), Effect.orDie)
           const ok = status === "delivered" || status === "header_confirmed"
           return { delivered: ok ? 1 : 0, failed: ok ? 0 : 1, delivery_id: claimed.id }

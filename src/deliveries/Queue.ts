@@ -6,7 +6,7 @@
  * overwrite the result of the worker that took the row over.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect } from "effect"
+import { Clock, Duration, Effect } from "effect"
 import { randomToken } from "../platform/Secrets.js"
 
 export type DeliveryStatus = "pending" | "delivered" | "header_confirmed" | "failed"
@@ -66,6 +66,15 @@ export type Completion =
 
 export const NOTIFY_CHANNEL = "mailroom_deliveries"
 
+/** Beyond the HTTP timeout, what an attempt may spend on DNS, the endpoint lookup and recording. */
+export const LEASE_MARGIN_MS = 30_000
+
+/**
+ * How long a claim holds a delivery. It outlives the HTTP timeout by a margin, so a live attempt is
+ * never taken over by another worker; a crashed worker's delivery becomes due again after it.
+ */
+export const leaseMillis = (deliveryTimeout: Duration.Duration) => Duration.toMillis(deliveryTimeout) + LEASE_MARGIN_MS
+
 export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/DeliveryQueue", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -99,16 +108,30 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
         return rows[0]!
       }).pipe(Effect.orDie)
 
-    /** Takes up to `limit` due deliveries for `leaseMs`; returns them with their claim token. */
+    /**
+     * Takes up to `limit` due deliveries for `leaseMs`; returns them with their claim token. Rows
+     * whose lease ran out (their worker died) come first: their due time is the lease's end, so in
+     * plain due order they would wait behind the whole backlog queued before the crash.
+     */
     const claim = (worker: string, limit: number, leaseMs: number) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const token = `${worker}:${randomToken(12)}`
         const rows = yield* sql<DeliveryRow>`
+          WITH expired AS (
+            SELECT id, next_attempt_at FROM deliveries
+            WHERE status = 'pending' AND lease_owner IS NOT NULL AND next_attempt_at <= ${new Date(now)}
+            ORDER BY next_attempt_at LIMIT ${limit} FOR UPDATE SKIP LOCKED),
+          due AS (
+            SELECT id, next_attempt_at FROM deliveries
+            WHERE status = 'pending' AND next_attempt_at <= ${new Date(now)} AND id NOT IN (SELECT id FROM expired)
+            ORDER BY next_attempt_at LIMIT ${limit} FOR UPDATE SKIP LOCKED),
+          chosen AS (
+            SELECT id FROM (SELECT id, 0 AS pass, next_attempt_at FROM expired
+                            UNION ALL SELECT id, 1 AS pass, next_attempt_at FROM due) c
+            ORDER BY pass, next_attempt_at LIMIT ${limit})
           UPDATE deliveries d SET lease_owner = ${token}, next_attempt_at = ${new Date(now + leaseMs)}
-          FROM (SELECT id FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ${new Date(now)}
-                ORDER BY next_attempt_at LIMIT ${limit} FOR UPDATE SKIP LOCKED) due
-          WHERE d.id = due.id
+          FROM chosen WHERE d.id = chosen.id
           RETURNING d.*`
         return rows
       }).pipe(Effect.withSpan("DeliveryQueue.claim"))

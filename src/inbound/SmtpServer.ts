@@ -102,9 +102,11 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
     const chunks: Array<Buffer> = []
     let size = 0
     stream.on("data", (chunk: Buffer) => {
-      // Past the limit the rest is drained, not kept: a huge stream costs no memory.
-      if (size + chunk.length <= MAX_MESSAGE_BYTES) chunks.push(chunk)
       size += chunk.length
+      // Past the limit the message is refused anyway: what was kept is released at once and the
+      // rest is drained, so an oversized stream holds no memory for the rest of its length.
+      if (size <= MAX_MESSAGE_BYTES) chunks.push(chunk)
+      else if (chunks.length > 0) chunks.length = 0
     })
     stream.on("error", (e) => callback(smtpError(451, `4.3.0 ${e.message}`)))
     stream.on("end", () => {

@@ -130,7 +130,11 @@ export const requestPipeline = (
     yield* Effect.logInfo(`${method} ${path} ${final.status}`).pipe(
       Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
     )
-    return final
+    // A body over the limit is answered without being read to its end: the rest of it is still on
+    // the connection, so the client must not send its next request there (found by the fuzz: the
+    // next POST on a reused keep-alive socket failed).
+    const declared = Number(request.headers["content-length"] ?? 0)
+    return declared > MAX_BODY_BYTES ? HttpServerResponse.setHeader(final, "connection", "close") : final
   })
 
 /** Applies (and consumes) the pre-response hooks registered so far: the response as it will be sent. */

@@ -1,0 +1,242 @@
+/**
+ * Fault-injection helpers: the service as a real child process (so `kill -9` is a real crash), a
+ * recording webhook receiver, the operator command, and the scale flag.
+ *
+ * `FAULTS_SCALE=ci` runs fewer rounds and deliveries (what `.ci/run` uses); unset is the full run.
+ */
+import { type ChildProcess, execFile, spawn } from "node:child_process"
+import { createServer, type Server } from "node:http"
+import { readFileSync } from "node:fs"
+import pg from "pg"
+import { freePort } from "../support/harness.js"
+
+export const ciScale = () => process.env.FAULTS_SCALE === "ci"
+export const scaled = (full: number, ci: number) => (ciScale() ? ci : full)
+
+const ROOT = new URL("../../", import.meta.url).pathname
+
+export interface ServiceProcess {
+  readonly child: ChildProcess
+  readonly pid: number
+  readonly port: number
+  readonly smtpPort: number
+  readonly baseUrl: string
+  readonly exited: Promise<number | null>
+  readonly stderr: () => string
+}
+
+export const baseEnv = (dataDir: string, databaseUrl: string | undefined, extra: Record<string, string> = {}) => ({
+  DATA_DIR: dataDir,
+  WEBHOOK_ALLOW_PRIVATE_URLS: "true",
+  LOG_LEVEL: "none",
+  DNS_SERVER: "127.0.0.1:9",
+  ...(databaseUrl !== undefined ? { DATABASE_URL: databaseUrl } : {}),
+  ...extra
+})
+
+const childEnv = (env: Record<string, string>) => {
+  const out: Record<string, string> = {}
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v !== undefined && k !== "DATABASE_URL" && !k.startsWith("VITEST") && k !== "NODE_OPTIONS") out[k] = v
+  }
+  return { ...out, ...env }
+}
+
+/** Starts `node --import tsx src/main.ts` and waits until its health probe answers 200. */
+export const startService = async (env: Record<string, string>, ports?: { port: number; smtpPort: number }) => {
+  const port = ports?.port ?? await freePort()
+  const smtpPort = ports?.smtpPort ?? await freePort()
+  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+    cwd: ROOT,
+    env: childEnv({ ...env, PORT: String(port), SMTP_PORT: String(smtpPort), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` }),
+    stdio: ["ignore", "ignore", "pipe"]
+  })
+  let err = ""
+  child.stderr?.on("data", (c: Buffer) => {
+    err = (err + c.toString("utf8")).slice(-8000)
+  })
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
+  const baseUrl = `http://127.0.0.1:${port}`
+  const until = Date.now() + 60_000
+  let dead = false
+  void exited.then(() => {
+    dead = true
+  })
+  for (;;) {
+    if (dead) throw new Error(`service exited during start-up: ${err}`)
+    try {
+      const r = await fetch(`${baseUrl}/v1/health`)
+      if (r.status === 200) break
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > until) {
+      child.kill("SIGKILL")
+      throw new Error(`service did not become healthy: ${err}`)
+    }
+    await sleep(100)
+  }
+  const service: ServiceProcess = { child, pid: child.pid!, port, smtpPort, baseUrl, exited, stderr: () => err }
+  return service
+}
+
+export const kill9 = async (s: ServiceProcess) => {
+  s.child.kill("SIGKILL")
+  await s.exited
+}
+
+export const stopGracefully = async (s: ServiceProcess) => {
+  s.child.kill("SIGTERM")
+  const t = setTimeout(() => s.child.kill("SIGKILL"), 15_000)
+  await s.exited
+  clearTimeout(t)
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
+
+/** The operator command: creates an organization and returns its id, inbox address and API key. */
+export const createOrg = (env: Record<string, string>, name: string) =>
+  new Promise<{ orgId: string; address: string; apiKey: string }>((resolve, reject) => {
+    execFile(process.execPath, ["--import", "tsx", "src/admin.ts", "create-org", name, "--plan", "developer"], {
+      cwd: ROOT,
+      env: childEnv(env)
+    }, (error, stdout, stderr) => {
+      if (error) return reject(new Error(`${error.message}\n${stderr}`))
+      const kv = Object.fromEntries(stdout.split(/\s+/).filter((l) => l.includes("=")).map((l) => l.split("=") as [string, string]))
+      resolve({ orgId: kv.org_id!, address: kv.managed_inbox_address!, apiKey: kv.api_key! })
+    })
+  })
+
+export interface ReceivedHit {
+  readonly at: number
+  readonly deliveryId: string
+  readonly eventId: string
+  readonly attempt: number
+  readonly body: { id: string; email?: { subject?: string; message_id?: string | null } }
+}
+
+/** A webhook receiver recording every POST; answers 200 after `delayMs`. */
+export const startReceiver = async (delayMs = 0) => {
+  const hits: Array<ReceivedHit> = []
+  const server: Server = createServer((req, res) => {
+    const chunks: Array<Buffer> = []
+    req.on("data", (c: Buffer) => chunks.push(c))
+    req.on("end", () => {
+      let body: ReceivedHit["body"] = { id: "" }
+      try {
+        body = JSON.parse(Buffer.concat(chunks).toString("utf8"))
+      } catch {
+        // recorded with an empty body
+      }
+      hits.push({
+        at: Date.now(),
+        deliveryId: String(req.headers["mailroom-delivery-id"] ?? ""),
+        eventId: String(req.headers["mailroom-event-id"] ?? ""),
+        attempt: Number(req.headers["mailroom-attempt"] ?? 0),
+        body
+      })
+      const answer = () => res.writeHead(200).end("ok")
+      if (delayMs > 0) setTimeout(answer, delayMs)
+      else answer()
+    })
+  })
+  server.keepAliveTimeout = 1000
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()))
+  const a = server.address()
+  const port = typeof a === "object" && a !== null ? a.port : 0
+  return {
+    url: (path: string) => `http://127.0.0.1:${port}${path}`,
+    hits,
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections()
+        server.close(() => r())
+      })
+  }
+}
+
+/** A scratch database on the DATABASE_URL server (or undefined on PGlite) and its dropper. */
+export const scratchDb = async () => {
+  const url = process.env.DATABASE_URL
+  if (url === undefined || url === "") return { url: undefined, drop: async () => {} }
+  const name = `mailroom_f_${process.pid}_${Math.random().toString(36).slice(2, 10)}`
+  const admin = new pg.Client({ connectionString: url })
+  await admin.connect()
+  await admin.query(`CREATE DATABASE ${name}`)
+  await admin.end()
+  const u = new URL(url)
+  u.pathname = `/${name}`
+  return {
+    url: u.toString(),
+    drop: async () => {
+      const c = new pg.Client({ connectionString: url })
+      await c.connect()
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await c.end()
+    }
+  }
+}
+
+/** Resident set size of a process in bytes (Linux /proc). */
+export const rssOf = (pid: number) => {
+  const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
+  return m ? Number(m[1]) * 1024 : 0
+}
+
+/** Read-only queries on the service's database after it stopped (PGlite files) or any time (server). */
+export const openDb = async (dataDir: string, databaseUrl: string | undefined) => {
+  if (databaseUrl !== undefined) {
+    const c = new pg.Client({ connectionString: databaseUrl })
+    await c.connect()
+    return {
+      query: async <R>(text: string, params: Array<unknown> = []) => (await c.query(text, params)).rows as Array<R>,
+      close: () => c.end()
+    }
+  }
+  const { PGlite } = await import("@electric-sql/pglite")
+  const db = await PGlite.create(`${dataDir}/pglite`)
+  return {
+    query: async <R>(text: string, params: Array<unknown> = []) => (await db.query<R>(text, params)).rows,
+    close: () => db.close()
+  }
+}
+
+/** A TCP proxy in front of the database: `down()` drops every connection and refuses new ones. */
+export const startProxy = async (targetHost: string, targetPort: number) => {
+  const { connect, createServer: createTcpServer } = await import("node:net")
+  let open = true
+  const sockets = new Set<import("node:net").Socket>()
+  const server = createTcpServer((client) => {
+    if (!open) return client.destroy()
+    const upstream = connect(targetPort, targetHost)
+    sockets.add(client)
+    sockets.add(upstream)
+    const drop = () => {
+      client.destroy()
+      upstream.destroy()
+      sockets.delete(client)
+      sockets.delete(upstream)
+    }
+    client.on("error", drop).on("close", drop)
+    upstream.on("error", drop).on("close", drop)
+    client.pipe(upstream)
+    upstream.pipe(client)
+  })
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()))
+  const a = server.address()
+  return {
+    port: typeof a === "object" && a !== null ? a.port : 0,
+    down: () => {
+      open = false
+      for (const s of sockets) s.destroy()
+      sockets.clear()
+    },
+    up: () => {
+      open = true
+    },
+    close: () => {
+      for (const s of sockets) s.destroy()
+      server.close()
+    }
+  }
+}

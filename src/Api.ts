@@ -16,25 +16,30 @@ import { InboxApi } from "./inbox/Api.js"
 import { RoutesApi } from "./routes/Api.js"
 import { ListenApi } from "./listen/Api.js"
 
+type SchemaRef = { readonly $ref?: string }
+type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
+type Operation = { responses?: Record<string, { content?: Record<string, MediaType> }> }
+type OpenApiDocument = {
+  paths?: Record<string, Record<string, Operation>>
+  components?: { schemas?: Record<string, unknown> }
+}
+
 /**
  * HttpApi always declares its built-in `HttpApiDecodeError` (400); the server turns every decode
  * failure into `validation_error`, so the derived document must not advertise the built-in shape.
  */
-const dropBuiltinDecodeError = (spec: Record<string, any>): Record<string, any> => {
-  const isBuiltin = (s: any) => s?.$ref === "#/components/schemas/HttpApiDecodeError"
-  for (const item of Object.values<any>(spec.paths ?? {})) {
-    for (const op of Object.values<any>(item)) {
-      const media = op?.responses?.["400"]?.content?.["application/json"]
-      if (!media) continue
-      const anyOf = media.schema?.anyOf
-      if (Array.isArray(anyOf)) {
-        const rest = anyOf.filter((s: any) => !isBuiltin(s))
-        media.schema = rest.length === 1 ? rest[0] : { anyOf: rest }
-      }
+const dropBuiltinDecodeError = (spec: OpenApiDocument): OpenApiDocument => {
+  const isBuiltin = (s: SchemaRef) => s.$ref === "#/components/schemas/HttpApiDecodeError"
+  for (const item of Object.values(spec.paths ?? {})) {
+    for (const op of Object.values(item)) {
+      const media = op.responses?.["400"]?.content?.["application/json"]
+      if (!media?.schema || !("anyOf" in media.schema) || !Array.isArray(media.schema.anyOf)) continue
+      const rest = media.schema.anyOf.filter((s) => !isBuiltin(s))
+      media.schema = rest.length === 1 ? rest[0]! : { anyOf: rest }
     }
   }
   for (const k of ["HttpApiDecodeError", "Issue", "PropertyKey"]) delete spec.components?.schemas?.[k]
-  return stripAnyIds(spec) as Record<string, any>
+  return stripAnyIds(spec) as OpenApiDocument
 }
 
 /** `Schema.Unknown` emits `{$id:"/schemas/unknown"}` at every use; repeated `$id`s make the document invalid. */

@@ -16,7 +16,7 @@ import { DomainsRepo } from "../src/domains/Repo.js"
 import { EndpointsRepo } from "../src/endpoints/Repo.js"
 import { RoutesRepo } from "../src/routes/Repo.js"
 import { TestDns, testServiceWithDns } from "./support/dns.js"
-import { call } from "./support/http.js"
+import { type JsonBody, call } from "./support/http.js"
 import { startReceiver } from "./support/receiver.js"
 
 const Env = Provisioning.Default.pipe(Layer.provideMerge(testServiceWithDns()))
@@ -70,7 +70,7 @@ const verifiedDomain = (token: string, domain = uniqueDomain("acme")) =>
     return { id: claim.body.data.id as string, domain }
   })
 
-const expectError = (r: { status: number; body: any }, status: number, code: string) => {
+const expectError = (r: { status: number; body: JsonBody }, status: number, code: string) => {
   expect([r.status, r.body?.error?.code]).toEqual([status, code])
 }
 

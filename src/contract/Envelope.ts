@@ -20,7 +20,11 @@ export const Ok = <A, I, R>(data: Schema.Schema<A, I, R>, identifier: string): S
     strict: false,
     decode: (e) => e.data,
     encode: (a) => ({ success: true as const, data: a })
-  }).annotations({ ...jsonId(`${identifier}Response`), description: identifier }) as any
+  }).annotations({ ...jsonId(`${identifier}Response`), description: identifier }) as unknown as Schema.Schema<
+    A,
+    { readonly success: true; readonly data: I },
+    R
+  >
 
 export const ListMeta = Schema.Struct({
   total: Schema.Int.annotations({ description: "Number of items matching the query" }),
@@ -50,7 +54,11 @@ export const OkList = <A, I, R>(item: Schema.Schema<A, I, R>, identifier: string
       decode: (e) => ({ items: e.data, meta: e.meta }),
       encode: (a) => ({ success: true as const, data: a.items, meta: a.meta })
     }
-  ).annotations({ ...jsonId(`${identifier}ListResponse`), description: `${identifier} list` }) as any
+  ).annotations({ ...jsonId(`${identifier}ListResponse`), description: `${identifier} list` }) as unknown as Schema.Schema<
+    Page<A>,
+    { readonly success: true; readonly data: ReadonlyArray<I>; readonly meta: typeof ListMeta.Encoded },
+    R
+  >
 
 /** Strict request bodies: unknown properties are rejected and every issue is reported. */
 export const strict = <S extends Schema.Schema.Any>(s: S): S =>

@@ -1,8 +1,8 @@
 /**
  * Sender patterns of filters (and of endpoint sender rules, which are plain addresses):
  * - `alice@acme.com`: exactly that address;
- * - `@acme.com`: any sender at exactly that domain;
- * - `*.acme.com`: any sender at a subdomain of acme.com (`mail.acme.com`, `a.b.acme.com`), not at
+ * - `@acme.com`: every sender at exactly that domain;
+ * - `*.acme.com`: every sender at a subdomain of acme.com (`mail.acme.com`, `a.b.acme.com`), not at
  *   acme.com itself (add `@acme.com` for that).
  * Patterns are trimmed and lowercased; addresses compare case-insensitively.
  */

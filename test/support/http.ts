@@ -2,12 +2,14 @@
 import { Effect } from "effect"
 import { TestServer } from "./harness.js"
 
+export type JsonBody = ReturnType<typeof JSON.parse>
+
 export interface Reply {
   readonly status: number
   readonly headers: Headers
   readonly text: string
-  // Parsed JSON body (undefined when the body is not JSON).
-  readonly body: any
+  /** Parsed JSON body (undefined when the body is not JSON); untyped on purpose: tests assert its shape. */
+  readonly body: JsonBody
 }
 
 export interface CallOptions {

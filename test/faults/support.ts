@@ -9,6 +9,7 @@ import { createServer, type Server } from "node:http"
 import { readFileSync } from "node:fs"
 import pg from "pg"
 import { freePort } from "../support/harness.js"
+import { openTcpProxy } from "../support/tcpProxy.js"
 
 export const ciScale = () => process.env.FAULTS_SCALE === "ci"
 export const scaled = (full: number, ci: number) => (ciScale() ? ci : full)
@@ -202,41 +203,4 @@ export const openDb = async (dataDir: string, databaseUrl: string | undefined) =
 }
 
 /** A TCP proxy in front of the database: `down()` drops every connection and refuses new ones. */
-export const startProxy = async (targetHost: string, targetPort: number) => {
-  const { connect, createServer: createTcpServer } = await import("node:net")
-  let open = true
-  const sockets = new Set<import("node:net").Socket>()
-  const server = createTcpServer((client) => {
-    if (!open) return client.destroy()
-    const upstream = connect(targetPort, targetHost)
-    sockets.add(client)
-    sockets.add(upstream)
-    const drop = () => {
-      client.destroy()
-      upstream.destroy()
-      sockets.delete(client)
-      sockets.delete(upstream)
-    }
-    client.on("error", drop).on("close", drop)
-    upstream.on("error", drop).on("close", drop)
-    client.pipe(upstream)
-    upstream.pipe(client)
-  })
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()))
-  const a = server.address()
-  return {
-    port: typeof a === "object" && a !== null ? a.port : 0,
-    down: () => {
-      open = false
-      for (const s of sockets) s.destroy()
-      sockets.clear()
-    },
-    up: () => {
-      open = true
-    },
-    close: () => {
-      for (const s of sockets) s.destroy()
-      server.close()
-    }
-  }
-}
+export const startProxy = openTcpProxy

@@ -1,7 +1,7 @@
 /** Handlers of the Webhook deliveries area. */
 import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Option } from "effect"
+import { Effect, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Conflict, NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"

@@ -7,7 +7,7 @@ import { Clock, Effect, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { Mailer } from "../mail/Mailer.js"
 import { Templates } from "../mail/Templates.js"
-import { constantTimeEqual, randomToken, sha256Hex } from "../platform/Secrets.js"
+import { constantTimeEqual, sha256Hex } from "../platform/Secrets.js"
 import { Accounts, normalizeEmail } from "./Accounts.js"
 import { codeHash, MAX_WRONG_CODES, newNumericCode } from "./Codes.js"
 

@@ -55,13 +55,13 @@ export const PlatformServicesLive = Layer.mergeAll(
   Idempotency.Default,
   Credentials.Default,
   DownloadTokens.Default,
-  Recipients.Default,
   InboundStore.Default,
   Mailer.Default
 )
 
 /** Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers. */
 export const DeliveryServicesLive = Layer.mergeAll(
+  Recipients.Default,
   DeliveryAttempts.Default,
   OnEmailStoredLive,
   DeliveryQueue.Default,

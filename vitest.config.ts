@@ -5,6 +5,8 @@ export default defineConfig({
     include: ["test/**/*.test.ts"],
     // The long fault-injection runs have their own config (`npm run test:faults`).
     exclude: ["test/faults/**", "**/node_modules/**"],
+    // Builds the CLI bundle the CLI tests spawn (test/support/cli.ts).
+    globalSetup: ["test/support/globalSetup.ts"],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: "forks",

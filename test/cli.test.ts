@@ -11,7 +11,7 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import nodemailer from "nodemailer"
-import { type Browser, chromium } from "playwright-core"
+import { TestBrowser, TestBrowserLive } from "./support/browser.js"
 import { type CliEnv, runCli, startCli } from "./support/cli.js"
 import { freePort, TestServer } from "./support/harness.js"
 import { call } from "./support/http.js"
@@ -22,29 +22,8 @@ import { codeOf, SmtpSink } from "./support/smtpSink.js"
 /** Every CLI run starts a Node process that loads Effect and the contract: seconds each on a busy machine. */
 const SLOW = 480_000
 
-class BrowserTag extends Effect.Tag("test/CliBrowser")<BrowserTag, Browser>() {}
 
-const BrowserLive = Layer.scoped(
-  BrowserTag,
-  Effect.acquireRelease(
-    Effect.promise(() =>
-      chromium.launch({
-        executablePath: "/usr/bin/chromium",
-        args: [
-          "--no-sandbox",
-          "--disable-gpu",
-          "--disable-background-networking",
-          "--disable-component-update",
-          "--disable-sync",
-          "--no-first-run"
-        ]
-      })
-    ),
-    (browser) => Effect.promise(() => browser.close())
-  )
-)
-
-const Env = Layer.mergeAll(identityService({ LOG_LEVEL: "warning" }), BrowserLive)
+const Env = Layer.mergeAll(identityService({ LOG_LEVEL: "warning" }), TestBrowserLive)
 
 /** A fresh config directory per scenario: profiles never leak between tests. */
 const cliEnv = Effect.map(TestServer, (server): CliEnv => ({
@@ -63,7 +42,7 @@ const configOf = (env: CliEnv) =>
 const approveInBrowser = (uri: string, userCode: string, email: string) =>
   Effect.gen(function*() {
     const sink = yield* SmtpSink
-    const browser = yield* BrowserTag
+    const browser = yield* TestBrowser
     const seen = sink.count(email)
     return yield* Effect.promise(async () => {
       const context = await browser.newContext()

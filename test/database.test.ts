@@ -20,7 +20,7 @@ const migrationCount = readdirSync(MIGRATIONS_DIR).filter((f) => /^\d+_.+\.sql$/
 
 const run = (args: ReadonlyArray<string>, env: Record<string, string>) =>
   Effect.async<{ code: number; stdout: string; stderr: string }>((resume) => {
-    const child = execFile("npx", ["tsx", ...args], { env: { ...process.env, ...env }, timeout: 60_000 }, (err, stdout, stderr) => {
+    const child = execFile(process.execPath, ["--import", "tsx", ...args], { env: { ...process.env, ...env }, timeout: 60_000 }, (err, stdout, stderr) => {
       const code = err === null ? 0 : typeof err.code === "number" ? err.code : 1
       resume(Effect.succeed({ code, stdout, stderr }))
     })

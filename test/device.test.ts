@@ -7,7 +7,8 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { createHash } from "node:crypto"
-import { type Browser, chromium, type Page } from "playwright-core"
+import type { Page } from "playwright-core"
+import { TestBrowser, TestBrowserLive } from "./support/browser.js"
 import { call } from "./support/http.js"
 import { TestServer } from "./support/harness.js"
 import { expectTokenSet, identityService, nextMail, resetLimits, signUp, uniqueEmail } from "./support/identity.js"
@@ -15,30 +16,8 @@ import { codeOf, SmtpSink } from "./support/smtpSink.js"
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex")
 
-class BrowserTag extends Effect.Tag("test/Browser")<BrowserTag, Browser>() {}
-
-const BrowserLive = Layer.scoped(
-  BrowserTag,
-  Effect.acquireRelease(
-    Effect.promise(() =>
-      chromium.launch({
-        executablePath: "/usr/bin/chromium",
-        args: [
-          "--no-sandbox",
-          "--disable-gpu",
-          "--disable-background-networking",
-          "--disable-component-update",
-          "--disable-sync",
-          "--no-first-run"
-        ]
-      })
-    ),
-    (browser) => Effect.promise(() => browser.close())
-  )
-)
-
 const withPage = <A>(f: (page: Page) => Promise<A>) =>
-  Effect.flatMap(BrowserTag, (browser) =>
+  Effect.flatMap(TestBrowser, (browser) =>
     Effect.acquireUseRelease(
       Effect.promise(() => browser.newContext()),
       (context) => Effect.promise(async () => f(await context.newPage())),
@@ -76,7 +55,7 @@ const approveInBrowser = (uri: string, userCode: string, email: string, button: 
     })
   })
 
-const Env = Layer.mergeAll(identityService(), BrowserLive)
+const Env = Layer.mergeAll(identityService(), TestBrowserLive)
 
 layer(Env, { timeout: 180_000, excludeTestServices: true })("device page", (it) => {
   describe("CLI device login in Chromium", () => {

@@ -1,6 +1,10 @@
-/** Runs the `mailroom` CLI as a subprocess (node + tsx, as bin/mailroom.js does) against a test service. */
+/**
+ * Runs the `mailroom` CLI as a subprocess against a test service: the bundle of the current sources
+ * built once per run (test/support/globalSetup.ts), or the sources through tsx outside vitest's setup.
+ */
 import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
+import { inject } from "vitest"
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url))
 const MAIN = "src/cli/main.ts"
@@ -39,7 +43,9 @@ export interface RunningCli {
 
 /** `stdin`: text to send and close, or `"open"` to write to `child.stdin` later. */
 export const startCli = (args: ReadonlyArray<string>, env: CliEnv, stdin?: string | { readonly open: true }): RunningCli => {
-  const child = spawn(process.execPath, ["--import", "tsx", MAIN, ...args], { cwd: ROOT, env: envOf(env) })
+  const bundle = inject("cliBundle")
+  const entry = typeof bundle === "string" && bundle !== "" ? [bundle] : ["--import", "tsx", MAIN]
+  const child = spawn(process.execPath, [...entry, ...args], { cwd: ROOT, env: envOf(env) })
   const output = { stdout: "", stderr: "" }
   const listeners: Array<() => void> = []
   const notify = () => listeners.forEach((l) => l())

@@ -1,0 +1,21 @@
+/**
+ * Once per test run: the CLI bundled from the current sources (scripts/build-cli.ts), so every CLI
+ * subprocess in the suite starts from one module instead of loading the sources through tsx.
+ */
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import type { TestProject } from "vitest/node"
+import { buildCli } from "../../scripts/build-cli.js"
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    cliBundle: string
+  }
+}
+
+export default async function setup(project: TestProject) {
+  const dir = mkdtempSync(join(tmpdir(), "mailroom-cli-"))
+  project.provide("cliBundle", await buildCli(join(dir, "mailroom.mjs")))
+  return () => rmSync(dir, { recursive: true, force: true })
+}

@@ -4,6 +4,7 @@ import { Effect, Option } from "effect"
 import { Conflict } from "../contract/Errors.js"
 import { type Position } from "../contract/Paging.js"
 import { catchUnique } from "../platform/SqlErrors.js"
+import { pageWithTotal } from "../platform/Listing.js"
 
 export interface DomainRow {
   readonly id: string
@@ -42,15 +43,7 @@ export class DomainsRepo extends Effect.Service<DomainsRepo>()("mailroom/Domains
       )
 
     const list = (orgId: string, limit: number, after: Position | undefined) =>
-      Effect.all([
-        after === undefined
-          ? sql<DomainRow>`SELECT * FROM domains WHERE org_id = ${orgId}
-              ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`
-          : sql<DomainRow>`SELECT * FROM domains WHERE org_id = ${orgId}
-              AND (created_at, id) < (${after.createdAt}, ${after.id}::uuid)
-              ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`,
-        sql<{ n: number }>`SELECT count(*)::int AS n FROM domains WHERE org_id = ${orgId}`
-      ]).pipe(Effect.map(([rows, count]) => ({ rows, total: count[0]!.n })), Effect.orDie)
+      pageWithTotal<DomainRow>(sql, "domains", sql`org_id = ${orgId}`, limit, after).pipe(Effect.orDie)
 
     const checked = (id: string, mxOverride: boolean) =>
       sql<DomainRow>`UPDATE domains SET last_checked_at = now(), mx_override = mx_override OR ${mxOverride},

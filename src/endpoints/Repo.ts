@@ -5,6 +5,7 @@ import { Conflict } from "../contract/Errors.js"
 import type { Position } from "../contract/Paging.js"
 import { catchUnique } from "../platform/SqlErrors.js"
 import type { Endpoint, Rules } from "./Api.js"
+import { pageWithTotal } from "../platform/Listing.js"
 
 export interface EndpointRow {
   readonly id: string
@@ -85,15 +86,7 @@ export class EndpointsRepo extends Effect.Service<EndpointsRepo>()("mailroom/End
                        AND deactivated_at IS NULL`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
 
     const list = (orgId: string, limit: number, after: Position | undefined) =>
-      Effect.all([
-        after === undefined
-          ? sql<EndpointRow>`SELECT * FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL
-              ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`
-          : sql<EndpointRow>`SELECT * FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL
-              AND (created_at, id) < (${after.createdAt}, ${after.id}::uuid)
-              ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`,
-        sql<{ n: number }>`SELECT count(*)::int AS n FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL`
-      ]).pipe(Effect.map(([rows, count]) => ({ rows, total: count[0]!.n })), Effect.orDie)
+      pageWithTotal<EndpointRow>(sql, "endpoints", sql`org_id = ${orgId} AND deactivated_at IS NULL`, limit, after).pipe(Effect.orDie)
 
     /** The active, enabled default-destination endpoint of a slot (domain id, or null for the fallback). */
     const slotHolder = (orgId: string, domainId: string | null, exceptId: string | null) =>

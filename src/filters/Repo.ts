@@ -5,6 +5,7 @@ import { Conflict } from "../contract/Errors.js"
 import type { Position } from "../contract/Paging.js"
 import { catchUnique } from "../platform/SqlErrors.js"
 import type { Filter } from "./Api.js"
+import { pageWithTotal } from "../platform/Listing.js"
 
 export interface FilterRow {
   readonly id: string
@@ -39,15 +40,7 @@ export class FiltersRepo extends Effect.Service<FiltersRepo>()("mailroom/Filters
       ).pipe(Effect.map((rows) => rows[0]!))
 
     const list = (orgId: string, limit: number, after: Position | undefined) =>
-      Effect.all([
-        after === undefined
-          ? sql<FilterRow>`SELECT * FROM filters WHERE org_id = ${orgId}
-              ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`
-          : sql<FilterRow>`SELECT * FROM filters WHERE org_id = ${orgId}
-              AND (created_at, id) < (${after.createdAt}, ${after.id}::uuid)
-              ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`,
-        sql<{ n: number }>`SELECT count(*)::int AS n FROM filters WHERE org_id = ${orgId}`
-      ]).pipe(Effect.map(([rows, count]) => ({ rows, total: count[0]!.n })), Effect.orDie)
+      pageWithTotal<FilterRow>(sql, "filters", sql`org_id = ${orgId}`, limit, after).pipe(Effect.orDie)
 
     const setEnabled = (orgId: string, id: string, enabled: boolean) =>
       sql<FilterRow>`UPDATE filters SET enabled = ${enabled}, updated_at = now()
@@ -62,14 +55,6 @@ export class FiltersRepo extends Effect.Service<FiltersRepo>()("mailroom/Filters
         Effect.orDie
       )
 
-    /**
-     * Enabled filters that apply to mail for a domain (organization-wide ones plus the domain's own),
-     * for the inbound pipeline.
-     */
-    const applicable = (orgId: string, domainId: string | null) =>
-      sql<FilterRow>`SELECT * FROM filters WHERE org_id = ${orgId} AND enabled
-          AND (domain_id IS NULL OR domain_id = ${domainId}::uuid) ORDER BY created_at`.pipe(Effect.orDie)
-
-    return { insert, list, setEnabled, remove, applicable } as const
+    return { insert, list, setEnabled, remove } as const
   })
 }) {}

@@ -21,6 +21,8 @@ export interface AppConfigShape {
   /** PEM files for STARTTLS on the inbound SMTP listener; both or neither. */
   readonly smtpTlsCert: Option.Option<string>
   readonly smtpTlsKey: Option.Option<string>
+  /** Benchmarks: a file the service rewrites every second with memory and event-loop figures. */
+  readonly statsFile: Option.Option<string>
 }
 
 export class AppConfig extends Context.Tag("mailroom/AppConfig")<AppConfig, AppConfigShape>() {}
@@ -122,7 +124,8 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   ),
   dnsServer: Config.option(Config.string("DNS_SERVER")),
   smtpTlsCert: Config.option(Config.string("SMTP_TLS_CERT")),
-  smtpTlsKey: Config.option(Config.string("SMTP_TLS_KEY"))
+  smtpTlsKey: Config.option(Config.string("SMTP_TLS_KEY")),
+  statsFile: Config.option(Config.string("MAILROOM_STATS_FILE"))
 }).pipe(
   Config.map((c) => ({
     ...c,

@@ -15,6 +15,7 @@
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto"
+import { ASYNC_COMMIT } from "./RateLimiter.js"
 
 export const EXPLICIT_TTL_SECONDS = 24 * 3600
 export const DERIVED_TTL_SECONDS = 60
@@ -95,11 +96,17 @@ export class Idempotency extends Effect.Service<Idempotency>()("mailroom/Idempot
         const now = yield* Clock.currentTimeMillis
         const ttl = ref.derived ? DERIVED_TTL_SECONDS : EXPLICIT_TTL_SECONDS
         // Take the row if it is new, expired, or a crashed run's; otherwise read it.
+        // Asynchronous commit: the claim becomes durable with the handler's own (synchronous)
+        // commit, which flushes the WAL up to and including it; a claim lost in a crash before
+        // that guarded nothing that happened.
         const taken = yield* sql<{ key: string }>`
+          WITH ${sql.unsafe(ASYNC_COMMIT)}
           INSERT INTO idempotency_keys AS k
             (scope, method, path, key, derived, body_hash, locked_until, expires_at)
-          VALUES (${ref.scope}, ${ref.method}, ${ref.path}, ${rowKey(ref)}, ${ref.derived}, ${ref.bodyHash},
-                  ${new Date(now + IN_FLIGHT_LEASE_SECONDS * 1000)}, ${new Date(now + ttl * 1000)})
+          SELECT ${ref.scope}::text, ${ref.method}::text, ${ref.path}::text, ${rowKey(ref)}::text, ${ref.derived}::boolean,
+                  ${ref.bodyHash}::text,
+                  ${new Date(now + IN_FLIGHT_LEASE_SECONDS * 1000)}::timestamptz, ${new Date(now + ttl * 1000)}::timestamptz
+          FROM async_commit
           ON CONFLICT (scope, method, path, key) DO UPDATE SET
             derived = EXCLUDED.derived, body_hash = EXCLUDED.body_hash, status = NULL,
             response_headers = NULL, response_body = NULL, locked_until = EXCLUDED.locked_until,
@@ -128,7 +135,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("mailroom/Idempot
             body: row.response_body === null ? new Uint8Array() : open(ref, row.response_body)
           }
         } as const
-      }).pipe(Effect.orDie, Effect.withSpan("Idempotency.claim"))
+      }).pipe(Effect.orDie)
 
     const complete = (ref: KeyRef, response: StoredResponse) =>
       sql`UPDATE idempotency_keys SET status = ${response.status},

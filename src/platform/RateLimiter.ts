@@ -7,7 +7,7 @@
  * are not recorded, so hammering does not extend the wait.
  */
 import { HttpApp, HttpServerResponse } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Clock, Effect, Layer } from "effect"
 import { RateLimitExceeded } from "../contract/Errors.js"
 
@@ -27,7 +27,7 @@ export interface Policy {
   readonly windowSeconds: number
 }
 
-const decide = (policy: Policy, now: number, allowed: boolean, count: number, oldestEpoch: number | null): Decision => {
+export const decide = (policy: Policy, now: number, allowed: boolean, count: number, oldestEpoch: number | null): Decision => {
   const resetMs = oldestEpoch === null ? now + policy.windowSeconds * 1000 : oldestEpoch * 1000 + policy.windowSeconds * 1000
   return {
     allowed,
@@ -39,6 +39,35 @@ const decide = (policy: Policy, now: number, allowed: boolean, count: number, ol
   }
 }
 
+export interface WindowRow {
+  readonly allowed: boolean
+  readonly count: number
+  readonly oldest: number | null
+}
+
+/**
+ * The upsert that counts one request against the window named by `key` (an SQL expression) when it
+ * has room, RETURNING a `WindowRow`. With `asyncCommit` the statement must also define the
+ * `async_commit` CTE (ASYNC_COMMIT).
+ */
+export const windowUpsert = (sql: SqlClient.SqlClient, key: Statement.Fragment, policy: Policy, now: number, asyncCommit: boolean) => {
+  const at = new Date(now)
+  const cut = new Date(now - policy.windowSeconds * 1000)
+  return sql<WindowRow>`
+    INSERT INTO rate_limit_windows AS w (key, hits, allowed, updated_at)
+    SELECT ${key}, ARRAY[${at}::timestamptz], ${policy.limit > 0}::boolean, ${at}::timestamptz
+    ${asyncCommit ? sql`FROM async_commit` : sql``}
+    ON CONFLICT (key) DO UPDATE SET
+      allowed = (SELECT count(*) < ${policy.limit} FROM unnest(w.hits) h WHERE h > ${cut}),
+      hits = (SELECT CASE WHEN count(*) < ${policy.limit}
+                THEN coalesce(array_agg(h ORDER BY h), '{}') || ${at}::timestamptz
+                ELSE coalesce(array_agg(h ORDER BY h), '{}') END
+              FROM unnest(w.hits) h WHERE h > ${cut}),
+      updated_at = ${at}
+    RETURNING allowed, cardinality(hits)::int AS count,
+      (SELECT extract(epoch FROM min(h))::float8 FROM unnest(hits) h) AS oldest`
+}
+
 export class RateLimiter extends Effect.Service<RateLimiter>()("mailroom/RateLimiter", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -47,23 +76,11 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("mailroom/RateLim
     const consume = (key: string, policy: Policy) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const at = new Date(now)
-        const cut = new Date(now - policy.windowSeconds * 1000)
-        const rows = yield* sql<{ allowed: boolean; count: number; oldest: number | null }>`
-          INSERT INTO rate_limit_windows AS w (key, hits, allowed, updated_at)
-          VALUES (${key}, ARRAY[${at}::timestamptz], ${policy.limit > 0}, ${at})
-          ON CONFLICT (key) DO UPDATE SET
-            allowed = (SELECT count(*) < ${policy.limit} FROM unnest(w.hits) h WHERE h > ${cut}),
-            hits = (SELECT CASE WHEN count(*) < ${policy.limit}
-                      THEN coalesce(array_agg(h ORDER BY h), '{}') || ${at}::timestamptz
-                      ELSE coalesce(array_agg(h ORDER BY h), '{}') END
-                    FROM unnest(w.hits) h WHERE h > ${cut}),
-            updated_at = ${at}
-          RETURNING allowed, cardinality(hits)::int AS count,
-            (SELECT extract(epoch FROM min(h))::float8 FROM unnest(hits) h) AS oldest`
+        // Synchronous commit: a handler may call this inside its own transaction (see ASYNC_COMMIT).
+        const rows = yield* windowUpsert(sql, sql`${key}::text`, policy, now, false)
         const row = rows[0]!
         return decide(policy, now, row.allowed, row.count, row.oldest)
-      }).pipe(Effect.orDie, Effect.withSpan("RateLimiter.consume"))
+      }).pipe(Effect.orDie)
 
     /** The decision `consume` would make, without counting anything. */
     const peek = (key: string, policy: Policy) =>
@@ -107,6 +124,18 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("mailroom/RateLim
     return { consume, peek, record, enforce, sweep } as const
   })
 }) {}
+
+/**
+ * A CTE that turns off the commit's WAL flush for the statement's own (implicit) transaction:
+ * `set_config(…, true)` lasts until that transaction ends and PostgreSQL reads the setting at
+ * commit. Every API request writes its rate-limit window; waiting for an fsync there cost 1-4 ms
+ * per request on an idle disk and far more under I/O load, for a row whose loss in a database
+ * crash only forgets the last few hundred milliseconds of hits. Records that matter (a handler's
+ * writes) still commit synchronously, and flushing them flushes every earlier WAL record too.
+ * Reference it in the statement (`FROM async_commit`) so the CTE runs. Only for statements that
+ * run outside any transaction: inside one, it would make the whole transaction's commit asynchronous.
+ */
+export const ASYNC_COMMIT = "async_commit AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true))"
 
 const formatWindow = (s: number) => s % 3600 === 0 ? `${s / 3600} h` : s % 60 === 0 ? `${s / 60} min` : `${s} s`
 

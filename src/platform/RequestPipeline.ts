@@ -11,10 +11,10 @@ import { Cause, Effect, FiberRef, Option } from "effect"
 import { Conflict, envelopeOf, RateLimited, ValidationError } from "../contract/Errors.js"
 import type { Principal } from "../contract/Security.js"
 import { bearerToken } from "./Authentication.js"
-import { Credentials } from "./Credentials.js"
+import { Admission } from "./Admission.js"
 import { internalErrorResponse } from "./ErrorMapping.js"
 import { bodyHash, Idempotency, type KeyRef, type StoredResponse } from "./Idempotency.js"
-import { type Decision, RateLimiter, rateLimitHeaders } from "./RateLimiter.js"
+import { type Decision, rateLimitHeaders } from "./RateLimiter.js"
 import { RequestId, ResolvedPrincipal } from "./RequestContext.js"
 import { randomToken } from "./Secrets.js"
 
@@ -58,7 +58,7 @@ type App = HttpApp.Default<never, Services>
 
 export const requestPipeline = (
   app: App
-): HttpApp.Default<ResponseError, Services | Credentials | RateLimiter | Idempotency> =>
+): HttpApp.Default<ResponseError, Services | Admission | Idempotency> =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const requestId = `req_${randomToken(20)}`
@@ -72,21 +72,20 @@ export const requestPipeline = (
     const run: Effect.Effect<
       HttpServerResponse.HttpServerResponse,
       unknown,
-      Services | Credentials | RateLimiter | Idempotency
+      Services | Admission | Idempotency
     > = Effect.gen(function*() {
       if (isExempt(method, path)) return yield* app
 
-      // Resolve the credential once: it decides the limiter key and the idempotency scope.
+      // Resolve the credential once (it decides the limiter key and the idempotency scope) and
+      // count the request, in one statement.
       const token = bearerToken(request.headers["authorization"])
-      const principal: Option.Option<Principal> = Option.isSome(token)
-        ? yield* Effect.flatMap(Credentials, (c) => c.resolve(token.value))
-        : Option.none()
-      if (Option.isSome(token)) yield* FiberRef.set(ResolvedPrincipal, Option.some(principal))
       const client = Option.getOrElse(request.remoteAddress, () => "unknown")
+      const admission = yield* Admission
+      const admitted = yield* admission.admit(token, "api:org:", `api:ip:${client}`, API_RATE_LIMIT)
+      if (Option.isSome(admitted.principal)) yield* FiberRef.set(ResolvedPrincipal, admitted.principal)
+      const principal: Option.Option<Principal> = Option.flatten(admitted.principal)
       const scope = Option.match(principal, { onNone: () => `ip:${client}`, onSome: (p) => `org:${p.orgId}` })
-
-      const limiter = yield* RateLimiter
-      const decision = yield* limiter.consume(`api:${scope}`, API_RATE_LIMIT)
+      const decision = admitted.decision
       if (!decision.allowed) {
         return json(
           envelopeOf(

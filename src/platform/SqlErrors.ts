@@ -2,14 +2,15 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect } from "effect"
 
-const codeOf = (e: SqlError): string | undefined => {
+/** The SQLSTATE of a failed statement, when the driver reported one. */
+export const sqlState = (e: SqlError): string | undefined => {
   const cause = e.cause as { code?: unknown } | undefined
   return typeof cause?.code === "string" ? cause.code : undefined
 }
 
 /** The name of the violated unique index, when `e` is a unique violation (SQLSTATE 23505). */
 export const uniqueViolation = (e: SqlError): string | undefined => {
-  if (codeOf(e) !== "23505") return undefined
+  if (sqlState(e) !== "23505") return undefined
   const cause = e.cause as { constraint?: unknown }
   return typeof cause.constraint === "string" ? cause.constraint : ""
 }

@@ -5,6 +5,7 @@ import { Conflict } from "../contract/Errors.js"
 import type { Position } from "../contract/Paging.js"
 import { catchUnique } from "../platform/SqlErrors.js"
 import type { Route } from "./Api.js"
+import { pageWithTotal } from "../platform/Listing.js"
 
 export interface RouteRow {
   readonly id: string
@@ -45,15 +46,7 @@ export class RoutesRepo extends Effect.Service<RoutesRepo>()("mailroom/RoutesRep
       )
 
     const list = (orgId: string, limit: number, after: Position | undefined) =>
-      Effect.all([
-        after === undefined
-          ? sql<RouteRow>`SELECT * FROM routes WHERE org_id = ${orgId}
-              ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`
-          : sql<RouteRow>`SELECT * FROM routes WHERE org_id = ${orgId}
-              AND (created_at, id) < (${after.createdAt}, ${after.id}::uuid)
-              ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`,
-        sql<{ n: number }>`SELECT count(*)::int AS n FROM routes WHERE org_id = ${orgId}`
-      ]).pipe(Effect.map(([rows, count]) => ({ rows, total: count[0]!.n })), Effect.orDie)
+      pageWithTotal<RouteRow>(sql, "routes", sql`org_id = ${orgId}`, limit, after).pipe(Effect.orDie)
 
     const update = (id: string, r: { pattern: string; domainId: string | null; endpointId: string }) =>
       catchUnique(
@@ -68,13 +61,6 @@ export class RoutesRepo extends Effect.Service<RoutesRepo>()("mailroom/RoutesRep
         Effect.orDie
       )
 
-    /** Routes of one recipient domain (null: the managed inbox) whose endpoint is active and enabled. */
-    const candidates = (orgId: string, domainId: string | null) =>
-      sql<RouteRow>`SELECT r.* FROM routes r JOIN endpoints e ON e.id = r.endpoint_id
-          WHERE r.org_id = ${orgId} AND r.domain_id IS NOT DISTINCT FROM ${domainId}::uuid
-            AND e.deactivated_at IS NULL AND e.enabled
-          ORDER BY r.created_at, r.id`.pipe(Effect.orDie)
-
-    return { insert, find, list, update, remove, candidates } as const
+    return { insert, find, list, update, remove } as const
   })
 }) {}

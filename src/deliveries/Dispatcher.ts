@@ -3,12 +3,15 @@
  * the claimer takes as many due rows as there are free slots, each attempt runs in its own fiber
  * (a slow endpoint never holds up others), and an idle claimer sleeps until NOTIFY wakes it
  * (PostgreSQL) or a short poll (embedded PGlite, which has one connection and no LISTEN).
+ *
+ * Once an attempt's request may have been sent, its row is never released for another attempt
+ * unless that attempt is recorded: recording is retried for as long as the lease holds, and if it
+ * still cannot be written the row stays leased (a second request then goes out only after the lease).
  */
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
+import { Cause, Clock, Data, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
-import { type EndpointRow, EndpointsRepo } from "../endpoints/Repo.js"
 import { checkUrl } from "../net/Ssrf.js"
 import { Dns } from "../net/Dns.js"
 import { AppConfig } from "../platform/Config.js"
@@ -16,13 +19,39 @@ import { DatabaseKind } from "../platform/Database.js"
 import { randomToken } from "../platform/Secrets.js"
 import { postJson } from "../webhooks/Sender.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
-import { type AttemptRecord, type Completion, DeliveryQueue, type DeliveryRow, leaseMillis, NOTIFY_CHANNEL } from "./Queue.js"
+import {
+  type AttemptRecord,
+  type ClaimedRow,
+  type Completion,
+  DeliveryQueue,
+  type DeliveryRow,
+  leaseMillis,
+  NOTIFY_CHANNEL,
+  RECORD_TIMEOUT
+} from "./Queue.js"
 
 export const CONFIRMATION_HEADER = "mailroom-confirmed"
 export const MAX_DISPATCH_ERRORS = 5
 const RESPONSE_EXCERPT_BYTES = 2048
-/** Recording an attempt's result: every 500 ms for up to 20 s, well inside the lease margin. */
-const RECORD_RETRY = Schedule.spaced("500 millis").pipe(Schedule.intersect(Schedule.recurs(40)))
+/** Claims at most this many rows at once. */
+const MAX_CLAIM = 64
+/**
+ * Under load, the claimer waits this long for more slots to free up when fewer than a quarter are
+ * free, so that one claim (one commit) serves several deliveries.
+ */
+const CLAIM_LINGER = Duration.millis(3)
+
+/** How often a claim looks for expired leases first (see DeliveryQueue.claim). */
+const EXPIRED_CHECK_MS = 1000
+
+/** The endpoint fields an attempt uses. */
+export interface AttemptEndpoint {
+  readonly kind: "http" | "function"
+  readonly url: string | null
+}
+
+/** An attempt was made (its request may have reached the endpoint) but could not be recorded. */
+export class RecordingFailed extends Data.TaggedError("RecordingFailed")<{ readonly message: string }> {}
 
 /** The outcome of one attempt against a destination. */
 export interface AttemptResult {
@@ -50,7 +79,7 @@ export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailro
     })
 
     /** Signs the stored payload afresh and POSTs it to the endpoint's checked address. */
-    const http = (row: DeliveryRow, endpoint: EndpointRow, secretOrNull: string | null, attempt: number) =>
+    const http = (row: DeliveryRow, endpoint: AttemptEndpoint, secretOrNull: string | null, attempt: number) =>
       Effect.gen(function*() {
         const target = yield* checkUrl(endpoint.url ?? "", { allowPrivate: config.webhookAllowPrivateUrls }).pipe(
           Effect.provideService(Dns, dns),
@@ -97,7 +126,7 @@ export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailro
     /** One attempt for a delivery whose endpoint is known; the destination kind is chosen here. */
     const attempt = (
       row: DeliveryRow,
-      endpoint: EndpointRow,
+      endpoint: AttemptEndpoint,
       secret: string | null,
       attemptNumber: number
     ): Effect.Effect<AttemptResult> =>
@@ -118,58 +147,50 @@ export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailro
   })
 }) {}
 
-type ContextRow = EndpointRow & {
-  readonly webhook_secret: string | null
-  readonly discard_on_confirm: boolean
-  readonly discarded: boolean
-  readonly superseded: boolean
+/** What to do with a claimed row before any HTTP: deleted endpoint, superseded, discarded content. */
+const precheck = (row: ClaimedRow) => {
+  if (!row.ctx_found || row.ctx_deactivated === true || row.ctx_kind === null) {
+    return { _tag: "Skip", code: "endpoint_deleted", error: "the endpoint was deleted" } as const
+  }
+  if (row.email_id !== null) {
+    if (row.ctx_superseded && row.replay_of === null) {
+      return { _tag: "Skip", code: "superseded", error: "another delivery to this endpoint already succeeded for this email" } as const
+    }
+    if (row.ctx_discarded) {
+      return { _tag: "Skip", code: "content_discarded", error: "the email's stored content was discarded before delivery" } as const
+    }
+  }
+  if (row.ctx_enabled !== true && row.replay_of === null) {
+    return { _tag: "Skip", code: "endpoint_disabled", error: "the endpoint is disabled" } as const
+  }
+  const endpoint: AttemptEndpoint = { kind: row.ctx_kind, url: row.ctx_url }
+  return { _tag: "Go", endpoint, secret: row.ctx_secret, discardOnConfirm: row.ctx_discard_on_confirm === true } as const
 }
 
 /**
- * Everything an attempt needs, in one query: the endpoint, the signing secret, the account's discard
- * setting, and whether the email's content is gone or another delivery to this endpoint already
- * succeeded.
+ * Retries recording until shortly before the lease ends (fenced by the claim token, so a late write
+ * cannot clobber a takeover); each try is bounded, so a hung connection cannot use up the lease.
  */
-const loadContext = (row: DeliveryRow) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<ContextRow>`
-      SELECT e.*, o.webhook_secret, o.discard_content_on_webhook_confirmed AS discard_on_confirm,
-        EXISTS (SELECT 1 FROM emails m WHERE m.id = ${row.email_id} AND m.content_discarded_at IS NOT NULL) AS discarded,
-        EXISTS (SELECT 1 FROM deliveries d WHERE d.email_id = ${row.email_id} AND d.endpoint_id = e.id
-                  AND d.id <> ${row.id} AND d.status IN ('delivered', 'header_confirmed')) AS superseded
-      FROM endpoints e JOIN organizations o ON o.id = e.org_id
-      WHERE e.id = ${row.endpoint_id} AND e.org_id = ${row.org_id}`
-  ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])))
-
-/** What to do with a claimed row before any HTTP: deleted endpoint, superseded, discarded content. */
-const precheck = (row: DeliveryRow) =>
+const recordWhileLeased = <A, E, R>(row: DeliveryRow, record: Effect.Effect<A, E, R>): Effect.Effect<A, RecordingFailed, R> =>
   Effect.gen(function*() {
-    const found = yield* loadContext(row)
-    if (Option.isNone(found) || found.value.deactivated_at !== null) {
-      return { _tag: "Skip", code: "endpoint_deleted", error: "the endpoint was deleted" } as const
-    }
-    const ctx = found.value
-    if (row.email_id !== null) {
-      if (ctx.superseded && row.replay_of === null) {
-        return { _tag: "Skip", code: "superseded", error: "another delivery to this endpoint already succeeded for this email" } as const
-      }
-      if (ctx.discarded) {
-        return { _tag: "Skip", code: "content_discarded", error: "the email's stored content was discarded before delivery" } as const
-      }
-    }
-    if (!ctx.enabled && row.replay_of === null) {
-      return { _tag: "Skip", code: "endpoint_disabled", error: "the endpoint is disabled" } as const
-    }
-    return { _tag: "Go", endpoint: ctx, secret: ctx.webhook_secret, discardOnConfirm: ctx.discard_on_confirm } as const
+    const now = yield* Clock.currentTimeMillis
+    const left = row.next_attempt_at.getTime() - now - Duration.toMillis(RECORD_TIMEOUT) - 1000
+    return yield* record.pipe(
+      Effect.retry(Schedule.spaced("250 millis").pipe(Schedule.upTo(Duration.millis(Math.max(0, left))))),
+      // Defects too: whatever went wrong, the row must not be released as if nothing was sent.
+      Effect.catchAllCause((cause) =>
+        Cause.isInterruptedOnly(cause) ? Effect.interrupt : Effect.fail(new RecordingFailed({ message: Cause.pretty(cause) }))
+      )
+    )
   })
 
 /** Runs one claimed delivery to completion of this round: attempt, record, schedule or finish. */
-export const processDelivery = (row: DeliveryRow, worker: string, options: { readonly retries: boolean }) =>
+export const processDelivery = (row: ClaimedRow, worker: string, options: { readonly retries: boolean }) =>
   Effect.gen(function*() {
     const queue = yield* DeliveryQueue
     const attempts = yield* DeliveryAttempts
     const config = yield* AppConfig
-    const check = yield* precheck(row)
+    const check = precheck(row)
     const startedAt = new Date(yield* Clock.currentTimeMillis)
     if (check._tag === "Skip") {
       // Not an HTTP attempt: attempt_count stays, the reason is recorded on the delivery.
@@ -196,16 +217,20 @@ export const processDelivery = (row: DeliveryRow, worker: string, options: { rea
       completion = { _tag: "Retry", at: new Date(now + Duration.toMillis(delays[number - 1]!)) }
     }
     // The attempt already happened: if the database is briefly unreachable, keep trying to record it
-    // while the lease still holds (fenced by the claim token, so a late write cannot clobber a
-    // takeover) rather than leave the row to be sent a second time when the lease runs out.
+    // while the lease still holds rather than leave the row to be sent a second time.
     if (result.confirmed && check.discardOnConfirm) {
       // The result and the content discard it triggers commit together.
       const sql = yield* SqlClient.SqlClient
-      yield* Effect.gen(function*() {
-        if (yield* queue.complete(row, record, completion, worker)) yield* attempts.discardContent(row)
-      }).pipe(sql.withTransaction, Effect.retry(RECORD_RETRY))
+      yield* recordWhileLeased(row, Effect.gen(function*() {
+        if (yield* queue.completeNow(row, record, completion, worker)) yield* attempts.discardContent(row)
+      }).pipe(sql.withTransaction))
     } else {
-      yield* queue.complete(row, record, completion, worker).pipe(Effect.retry(RECORD_RETRY))
+      // The first try joins the group commit; retries write alone.
+      let tries = 0
+      yield* recordWhileLeased(
+        row,
+        Effect.suspend(() => tries++ === 0 ? queue.complete(row, record, completion, worker) : queue.completeNow(row, record, completion, worker))
+      )
     }
     return completion._tag === "Done" ? completion.status : "pending" as const
   })
@@ -216,7 +241,7 @@ export interface DispatcherOptions {
 }
 
 /** The worker pool of this process, interrupted with the service's scope. */
-export const DispatcherLive = (options: DispatcherOptions = { concurrency: 32, pollMs: 250 }) =>
+export const DispatcherLive = (options: DispatcherOptions = { concurrency: 64, pollMs: 250 }) =>
   Layer.scopedDiscard(Effect.gen(function*() {
     const queue = yield* DeliveryQueue
     const config = yield* AppConfig
@@ -226,25 +251,40 @@ export const DispatcherLive = (options: DispatcherOptions = { concurrency: 32, p
     const slots = yield* Effect.makeSemaphore(options.concurrency)
     const wake = yield* Effect.makeLatch(false)
     let free = options.concurrency
-    const context = yield* Effect.context<DeliveryQueue | DeliveryAttempts | AppConfig | SqlClient.SqlClient | EndpointsRepo>()
+    let expiredCheckedAt = 0
+    const context = yield* Effect.context<DeliveryQueue | DeliveryAttempts | AppConfig | SqlClient.SqlClient>()
 
-    const runOne = (row: DeliveryRow) =>
+    const runOne = (row: ClaimedRow) =>
       processDelivery(row, worker, { retries: true }).pipe(
+        // A row still pending (a retry is scheduled) may be due before the idle claimer's next look.
+        Effect.tap((status) => (status === "pending" ? wake.open : Effect.void)),
+        Effect.catchTag("RecordingFailed", (e) =>
+          // Not released: the request may have been sent, so the row waits for its lease to end.
+          Effect.logWarning("delivery attempt could not be recorded; the row stays leased", e.message).pipe(
+            Effect.annotateLogs("delivery_id", row.id)
+          )),
         Effect.catchAllCause((cause) =>
           Effect.zipRight(
             Effect.logWarning("delivery dispatch failed", cause).pipe(Effect.annotateLogs("delivery_id", row.id)),
-            queue.dispatchFailed(row, String(cause).slice(0, 500), MAX_DISPATCH_ERRORS).pipe(Effect.ignore)
+            queue.dispatchFailed(row, String(cause).slice(0, 500), MAX_DISPATCH_ERRORS).pipe(Effect.ignore, Effect.zipRight(wake.open))
           )
         ),
         Effect.provide(context),
         Effect.ensuring(Effect.sync(() => {
           free++
-        }).pipe(Effect.zipRight(slots.release(1)), Effect.zipRight(wake.open)))
+        }).pipe(Effect.zipRight(slots.release(1))))
       )
 
     const round = Effect.gen(function*() {
+      // Closed before the claim, so a NOTIFY that arrives while it runs is not lost.
+      yield* wake.close
       yield* slots.take(1).pipe(Effect.zipRight(slots.release(1)))
-      const rows = yield* queue.claim(worker, Math.max(1, Math.min(free, 64)), leaseMs)
+      if (free < options.concurrency / 4) yield* Effect.sleep(CLAIM_LINGER)
+      const now = yield* Clock.currentTimeMillis
+      const expiredFirst = now - expiredCheckedAt >= EXPIRED_CHECK_MS
+      if (expiredFirst) expiredCheckedAt = now
+      const limit = Math.max(1, Math.min(free, MAX_CLAIM))
+      const rows = yield* queue.claim(worker, limit, leaseMs, expiredFirst)
       for (const row of rows) {
         yield* slots.take(1)
         free--
@@ -253,8 +293,12 @@ export const DispatcherLive = (options: DispatcherOptions = { concurrency: 32, p
       if (rows.length === 0) {
         const dueIn = yield* queue.nextDueIn
         const wait = Math.min(dueIn ?? options.pollMs * 4, kind.embedded ? options.pollMs : 1000)
-        yield* wake.close
         yield* wake.await.pipe(Effect.timeout(Duration.millis(Math.max(10, wait))), Effect.ignore)
+      } else if (rows.length < limit) {
+        // Fewer due rows than asked for: the backlog is empty for now. Claiming again at once would
+        // cost an empty claim and a due-time query per delivery at low rates; a new delivery's NOTIFY
+        // (or a retry scheduled here, which opens the latch) wakes the claimer instead.
+        yield* wake.await.pipe(Effect.timeout(Duration.millis(kind.embedded ? options.pollMs : 1000)), Effect.ignore)
       }
     })
 

@@ -1,17 +1,16 @@
 /**
  * Routing of a stored inbound email to its delivery (CONTRACT.md "Delivery"): route → domain
- * default → organization fallback, then the organization's filters, then the endpoint's rules and
- * `event_types`. A match enqueues one delivery with its event payload built once (stable event id),
- * inside the transaction that stores the email. No match: the email stays visible through the API.
+ * default → organization fallback (resolved with the recipient at RCPT time), then the
+ * organization's filters, then the endpoint's rules and `event_types`. A match enqueues one delivery
+ * with its event payload built once (stable event id), in the very statement that stores the email.
+ * No match: the email stays visible through the API.
  */
 import { Effect, Layer, Option } from "effect"
 import { downloadUrls } from "../emails/Http.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { evaluateFilters, evaluateRules } from "../filters/Evaluate.js"
-import { FiltersRepo } from "../filters/Repo.js"
 import { type InboundMessage, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
-import { RouteResolver } from "../routes/Resolver.js"
 import { buildEmailEvent, newEventId, serializeEvent } from "../webhooks/Payload.js"
 import { DeliveryQueue } from "./Queue.js"
 
@@ -20,20 +19,17 @@ export const senderOf = (m: InboundMessage) => m.parsed.from?.address ?? m.envel
 export const OnEmailStoredLive = Layer.effect(
   OnEmailStored,
   Effect.gen(function*() {
-    const resolver = yield* RouteResolver
-    const filters = yield* FiltersRepo
     const queue = yield* DeliveryQueue
     const tokens = yield* DownloadTokens
     const config = yield* AppConfig
 
     return (email: StoredEmail, message: InboundMessage) =>
       Effect.gen(function*() {
-        const resolution = yield* resolver.resolve(email.recipient.address)
-        if (Option.isNone(resolution) || Option.isNone(resolution.value.endpoint)) return
-        const endpoint = resolution.value.endpoint.value
+        const destination = email.recipient.resolution.endpoint
+        if (Option.isNone(destination)) return Option.none()
+        const endpoint = destination.value
         const sender = senderOf(message)
-        const applicable = yield* filters.applicable(email.orgId, email.recipient.domainId)
-        if (!evaluateFilters(applicable, sender).allowed) return
+        if (!evaluateFilters(email.recipient.filters, sender).allowed) return Option.none()
         const p = message.parsed
         const attachmentBytes = p.attachments.reduce((n, a) => n + a.size_bytes, 0)
         const verdict = evaluateRules(endpoint.rules, {
@@ -43,7 +39,7 @@ export const OnEmailStoredLive = Layer.effect(
           attachmentCount: p.attachments.length,
           eventType: message.event
         })
-        if (!verdict.deliver) return
+        if (!verdict.deliver) return Option.none()
         const urls = yield* downloadUrls(config.publicBaseUrl, email.id, p.attachments.length).pipe(
           Effect.provideService(DownloadTokens, tokens)
         )
@@ -78,7 +74,7 @@ export const OnEmailStoredLive = Layer.effect(
             attachments_url: urls.attachments
           }
         })
-        yield* queue.enqueue({
+        return Option.some(queue.enqueueStatement({
           orgId: email.orgId,
           emailId: email.id,
           endpointId: endpoint.id,
@@ -88,7 +84,7 @@ export const OnEmailStoredLive = Layer.effect(
           sender,
           recipient: email.recipient.address,
           subject: p.subject ?? ""
-        })
+        }))
       })
   })
 )

@@ -10,6 +10,7 @@ import { EndpointsRepo } from "../endpoints/Repo.js"
 import { AppConfig } from "../platform/Config.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
 import type { WebhookDelivery } from "./Api.js"
+import { totalExpression } from "./Counts.js"
 import { DeliveryAttempts, processDelivery } from "./Dispatcher.js"
 import { DeliveryQueue, type DeliveryRow, leaseMillis } from "./Queue.js"
 
@@ -17,8 +18,10 @@ import { DeliveryQueue, type DeliveryRow, leaseMillis } from "./Queue.js"
 export const REPLAY_LIMIT = { limit: 30, windowSeconds: 60 } as const
 
 type Row = DeliveryRow & { endpoint_kind: string; endpoint_url: string | null; function_id: string | null }
+/** What a listing shows: no payload, lease or dispatcher columns. */
+type ListedRow = Omit<Row, "payload" | "org_id" | "dispatch_errors" | "lease_owner" | "last_status_code">
 
-const toDelivery = (r: Row): WebhookDelivery => ({
+const toDelivery = (r: ListedRow): WebhookDelivery => ({
   id: r.id,
   email_id: r.email_id,
   endpoint_id: r.endpoint_id,
@@ -44,7 +47,7 @@ export const DeliveriesHttpLive = HttpApiBuilder.group(MailroomApi, "deliveries"
     const endpoints = yield* EndpointsRepo
     const limiter = yield* RateLimiter
     const config = yield* AppConfig
-    const context = yield* Effect.context<DeliveryQueue | DeliveryAttempts | AppConfig | SqlClient.SqlClient | EndpointsRepo>()
+    const context = yield* Effect.context<DeliveryQueue | DeliveryAttempts | AppConfig | SqlClient.SqlClient>()
     const select = sql`SELECT d.*, e.kind AS endpoint_kind, e.url AS endpoint_url, e.function_id
                        FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id`
     const find = (orgId: string, id: string) =>
@@ -66,12 +69,28 @@ export const DeliveriesHttpLive = HttpApiBuilder.group(MailroomApi, "deliveries"
           if (q.date_from !== undefined) conds.push(sql`d.created_at >= ${q.date_from}`)
           if (q.date_to !== undefined) conds.push(sql`d.created_at <= ${q.date_to}`)
           const page = after === undefined ? conds : [...conds, sql`(d.created_at, d.id) < (${after.createdAt}, ${after.id})`]
-          const rows = yield* sql<Row>`${select} WHERE ${sql.and(page)}
-            ORDER BY d.created_at DESC, d.id DESC LIMIT ${limit + 1}`.pipe(Effect.orDie)
-          const total = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM deliveries d WHERE ${sql.and(conds)}`.pipe(
-            Effect.orDie
-          )
-          return pageOf(rows, limit, total[0]!.n, toDelivery)
+          const total = totalExpression(sql, {
+            orgId,
+            status: q.status,
+            emailId: q.email_id,
+            dateFrom: q.date_from,
+            dateTo: q.date_to
+          })
+          // One round trip and one snapshot for the page and its total; the total row comes back
+          // alone (page columns null) when the page is empty.
+          const rows = yield* sql<{ readonly [K in keyof ListedRow]: ListedRow[K] | null } & { total: number }>`
+            WITH page AS (
+              SELECT d.id, d.email_id, d.endpoint_id, d.event_id, d.event_type, d.replay_of, d.status,
+                     d.attempt_count, d.next_attempt_at, d.duration_ms, d.last_error, d.last_error_code,
+                     d.email_sender, d.email_recipient, d.email_subject, d.created_at, d.updated_at,
+                     e.kind AS endpoint_kind, e.url AS endpoint_url, e.function_id
+              FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id
+              WHERE ${sql.and(page)}
+              ORDER BY d.created_at DESC, d.id DESC LIMIT ${limit + 1})
+            SELECT t.total, page.* FROM (SELECT (${total})::int AS total) t LEFT JOIN page ON true
+            ORDER BY page.created_at DESC, page.id DESC`.pipe(Effect.orDie)
+          const listed = rows.flatMap((r) => r.id === null ? [] : [r as ListedRow])
+          return pageOf(listed, limit, rows[0]?.total ?? 0, toDelivery)
         }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {

@@ -2,12 +2,13 @@
  * Composition of the HTTP service: contract handlers, middleware, docs and the serving pipeline,
  * over the database, on a Node HTTP server. `ServiceLive` is what `npm start` and the tests run.
  */
-import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
+import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Effect, Layer, Logger, LogLevel } from "effect"
 import { createServer } from "node:http"
 import { MailroomApi } from "../Api.js"
 import { AccountHttpLive } from "../account/Http.js"
+import { DeliveryCountsMaintenanceLive } from "../deliveries/Counts.js"
 import { DeliveriesHttpLive } from "../deliveries/Http.js"
 import { DeliveryAttempts, DispatcherLive } from "../deliveries/Dispatcher.js"
 import { OnEmailStoredLive } from "../deliveries/Enqueue.js"
@@ -16,6 +17,7 @@ import { DownloadsHttpLive, EmailsHttpLive } from "../emails/Http.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { AgentAccountsHttpLive } from "../identity/AgentAccountsHttp.js"
 import { SmtpServerLive } from "../inbound/SmtpServer.js"
+import { ProcessStatsLive } from "./ProcessStats.js"
 import { Recipients } from "../inbound/Recipients.js"
 import { InboundStore } from "../inbound/Store.js"
 import { IdentityHttpLive, IdentityServicesLive } from "../identity/AuthHttp.js"
@@ -35,10 +37,10 @@ import { ServiceRoutesLive } from "../service/Routes.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { EndpointsRepo } from "../endpoints/Repo.js"
-import { FiltersRepo } from "../filters/Repo.js"
 import { Dns } from "../net/Dns.js"
 import { RouteResolver } from "../routes/Resolver.js"
 import { RoutesRepo } from "../routes/Repo.js"
+import { Admission } from "./Admission.js"
 import { AuthenticationLive } from "./Authentication.js"
 import { AppConfig } from "./Config.js"
 import { Credentials } from "./Credentials.js"
@@ -51,6 +53,7 @@ import { requestPipeline } from "./RequestPipeline.js"
 
 /** Services every area may use, built over the SqlClient. */
 export const PlatformServicesLive = Layer.mergeAll(
+  Admission.Default,
   RateLimiter.Default,
   Idempotency.Default,
   Credentials.Default,
@@ -65,9 +68,11 @@ export const DeliveryServicesLive = Layer.mergeAll(
   DeliveryAttempts.Default,
   OnEmailStoredLive,
   DeliveryQueue.Default,
-  EndpointsRepo.Default
+  EndpointsRepo.Default,
+  // One resolver (and its batch workers) for SMTP ingestion and the inbox readiness report.
+  RouteResolver.Default
 ).pipe(
-  Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FiltersRepo.Default]),
+  Layer.provide([RouteResolver.Default, DeliveryQueue.Default]),
   Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default])
 )
 
@@ -97,6 +102,8 @@ export const HttpLive = Layer.unwrapEffect(Effect.gen(function*() {
     Layer.provide(ErrorMappingLive),
     Layer.provide(ApiLive),
     HttpServer.withLogAddress,
+    // The request span's attributes (URL, every header) are computed even for a no-op span.
+    HttpMiddleware.withTracerDisabledWhen(() => true),
     Layer.provide(NodeHttpServer.layer(createServer, { port: config.port, host: config.host }))
   )
 }))
@@ -107,14 +114,26 @@ export const loggerLayer = Layer.unwrapEffect(Effect.map(AppConfig, (c) =>
     Logger.replace(Logger.defaultLogger, Logger.withConsoleLog(Logger.logfmtLogger)),
     // runMain installs its pretty logger first; one format per line, not two.
     Logger.remove(Logger.prettyLoggerDefault),
-    Logger.minimumLogLevel(LogLevel.fromLiteral(capitalize(c.logLevel)))
+    Logger.minimumLogLevel(LogLevel.fromLiteral(capitalize(c.logLevel))),
+    // No tracer is exported anywhere, yet every span (one per request in the HTTP tracer middleware
+    // with its URL and header attributes, one per SQL statement, one per withSpan) was built and
+    // dropped on every request: measurable CPU for nothing. Spans become no-ops.
+    Layer.setTracerEnabled(false)
   )
 ))
 
 const capitalize = (s: string) => (s.charAt(0).toUpperCase() + s.slice(1)) as LogLevel.Literal
 
 /** The whole service over an AppConfig. */
-export const ServiceLive = Layer.mergeAll(HttpLive, SmtpServerLive, DispatcherLive(), MaintenanceLive, IdentityMaintenanceLive).pipe(
+export const ServiceLive = Layer.mergeAll(
+  HttpLive,
+  SmtpServerLive,
+  DispatcherLive(),
+  MaintenanceLive,
+  IdentityMaintenanceLive,
+  DeliveryCountsMaintenanceLive,
+  ProcessStatsLive
+).pipe(
   Layer.provide(DeliveryServicesLive),
   Layer.provide(PlatformServicesLive),
   Layer.provide(DatabaseLive),

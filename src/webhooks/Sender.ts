@@ -62,7 +62,9 @@ const agentFor = (target: CheckedUrl, address: string) => {
       oldest.destroy()
       agents.delete(oldestKey)
     }
-    const options = { keepAlive: true, maxSockets: 64, maxFreeSockets: 16, timeout: 60_000 }
+    // As many idle sockets kept as may be busy: with fewer, a burst of attempts that ends together
+    // closes the surplus, and the next burst opens them again (a connect per delivery under load).
+    const options = { keepAlive: true, maxSockets: 64, maxFreeSockets: 64, timeout: 60_000 }
     agent = target.url.protocol === "https:" ? new HttpsAgent(options) : new HttpAgent(options)
     agents.set(key, agent)
   }

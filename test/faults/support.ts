@@ -4,11 +4,14 @@
  *
  * `FAULTS_SCALE=ci` runs fewer rounds and deliveries (what `.ci/run` uses); unset is the full run.
  */
-import { type ChildProcess, execFile, spawn } from "node:child_process"
+import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process"
 import { createServer, type Server } from "node:http"
-import { readFileSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync } from "node:fs"
 import pg from "pg"
-import { freePort } from "../support/harness.js"
+import { Effect, Layer } from "effect"
+import { Provisioning } from "../../src/identity/Provisioning.js"
+import { DatabaseLive } from "../../src/platform/Database.js"
+import { freePort, testConfigLayer } from "../support/harness.js"
 import { openTcpProxy } from "../support/tcpProxy.js"
 
 export const ciScale = () => process.env.FAULTS_SCALE === "ci"
@@ -43,11 +46,21 @@ const childEnv = (env: Record<string, string>) => {
   return { ...out, ...env }
 }
 
-/** Starts `node --import tsx src/main.ts` and waits until its health probe answers 200. */
+/** The service as `npm start` runs it, bundled once per test file (scripts/build-server.mjs). */
+let built = false
+const builtService = () => {
+  if (!built) {
+    execFileSync(process.execPath, ["scripts/build-server.mjs"], { cwd: ROOT, stdio: "pipe" })
+    built = true
+  }
+  return "dist/server/main.mjs"
+}
+
+/** Starts the built service (`node dist/server/main.mjs`) and waits until its health probe answers 200. */
 export const startService = async (env: Record<string, string>, ports?: { port: number; smtpPort: number }) => {
   const port = ports?.port ?? await freePort()
   const smtpPort = ports?.smtpPort ?? await freePort()
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+  const child = spawn(process.execPath, [builtService()], {
     cwd: ROOT,
     env: childEnv({ ...env, PORT: String(port), SMTP_PORT: String(smtpPort), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` }),
     stdio: ["ignore", "ignore", "pipe"]
@@ -204,3 +217,41 @@ export const openDb = async (dataDir: string, databaseUrl: string | undefined) =
 
 /** A TCP proxy in front of the database: `down()` drops every connection and refuses new ones. */
 export const startProxy = openTcpProxy
+
+/**
+ * Organizations with an API key each, created in-process straight in the service's database (which
+ * this migrates) before any service process opens it.
+ */
+export const provisionOrgs = (env: Record<string, string>, count: number) =>
+  Effect.runPromise(
+    Effect.gen(function*() {
+      const p = yield* Provisioning
+      return yield* Effect.forEach(Array.from({ length: count }, (_, i) => i), (i) =>
+        Effect.gen(function*() {
+          const org = yield* p.createOrganization({ name: `Org ${i}`, plan: "developer" })
+          return { id: org.id, apiKey: (yield* p.issueApiKey(org.id)).apiKey }
+        }))
+    }).pipe(
+      Effect.provide(Provisioning.Default.pipe(Layer.provideMerge(DatabaseLive), Layer.provide(testConfigLayer(env)))),
+      Effect.scoped
+    )
+  )
+
+/**
+ * Control of the local PostgreSQL cluster behind `databaseUrl`, when this process may use it (root,
+ * Debian's pg_ctlcluster, one cluster, a loopback URL: as in CI); undefined otherwise. `stop` is
+ * immediate mode: the server goes away like a crash and recovers from its WAL at `start`.
+ */
+export const localCluster = (databaseUrl: string) => {
+  const host = new URL(databaseUrl).hostname
+  if (process.getuid?.() !== 0 || !existsSync("/usr/bin/pg_ctlcluster") || !existsSync("/etc/postgresql")) return undefined
+  if (!["127.0.0.1", "localhost", "::1", "[::1]"].includes(host)) return undefined
+  const versions = readdirSync("/etc/postgresql")
+  if (versions.length !== 1) return undefined
+  const ctl = (...args: Array<string>) =>
+    execFileSync("pg_ctlcluster", ["--skip-systemctl-redirect", versions[0]!, "main", ...args], { stdio: "pipe" })
+  return {
+    stop: () => ctl("stop", "-m", "immediate"),
+    start: () => ctl("start")
+  }
+}

@@ -10,6 +10,7 @@ import nodemailer, { type SendMailOptions } from "nodemailer"
 import { Readable } from "node:stream"
 import { extract } from "tar-stream"
 import { Provisioning } from "../src/identity/Provisioning.js"
+import { authenticityInput } from "../src/inbound/Authenticity.js"
 import { makeManualClock, TestServer, testDatabase, testServerOn } from "./support/harness.js"
 import { call } from "./support/http.js"
 
@@ -153,6 +154,40 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("inbound", (it) => {
         expect(mixed.rejected).toEqual(["nobody@agents.localhost"])
         const list = yield* call("GET", "/v1/emails", { token: org.apiKey })
         expect(list.body.data.map((e: { subject: string }) => e.subject)).toEqual(["mixed"])
+      }))
+
+    it.effect("concurrent transactions are committed together yet each 250 names its own stored copies", () =>
+      Effect.gen(function*() {
+        const a = yield* newOrg
+        const b = yield* newOrg
+        const results = yield* Effect.all(
+          Array.from({ length: 20 }, (_, i) =>
+            send({ from: "burst@example.com", to: i % 5 === 0 ? [a.address, b.address] : a.address, subject: `burst ${i}`, text: `body ${i}` })),
+          { concurrency: "unbounded" }
+        )
+        expect(results.every((r) => r.ok && /^250 /.test(r.response))).toBe(true)
+        const queued = results.map((r) => r.response.replace(/^.*queued as /, "").split(","))
+        expect(queued.map((ids) => ids.length)).toEqual(Array.from({ length: 20 }, (_, i) => i % 5 === 0 ? 2 : 1))
+        const listA = yield* call("GET", "/v1/emails?limit=100", { token: a.apiKey })
+        const listB = yield* call("GET", "/v1/emails?limit=100", { token: b.apiKey })
+        expect(listA.body.meta.total).toBe(20)
+        expect(listB.body.meta.total).toBe(4)
+        const stored = new Map<string, string>(
+          [...listA.body.data, ...listB.body.data].map((e: { id: string; subject: string }) => [e.id, e.subject])
+        )
+        queued.forEach((ids, i) => ids.forEach((id) => expect(stored.get(id)).toBe(`burst ${i}`)))
+        const one = yield* call("GET", `/v1/emails/${queued[7]![0]}`, { token: a.apiKey })
+        expect(one.body.data.text.trim()).toBe("body 7")
+      }))
+
+    it.effect("authenticity checks read the header block only when no DKIM signature needs the body", () =>
+      Effect.sync(() => {
+        const plain = Buffer.from("From: a@example.com\r\nSubject: x\r\n\r\nbody\r\n")
+        expect(authenticityInput(plain).toString()).toBe("From: a@example.com\r\nSubject: x\r\n\r\n")
+        const signed = Buffer.from("From: a@example.com\r\nDKIM-Signature: v=1; a=rsa-sha256;\r\n d=example.com\r\n\r\nbody\r\n")
+        expect(authenticityInput(signed)).toBe(signed)
+        const headerOnly = Buffer.from("From: a@example.com\r\n")
+        expect(authenticityInput(headerOnly)).toBe(headerOnly)
       }))
 
     it.effect("rejects a message above the account's spam threshold and records it as rejected", () =>

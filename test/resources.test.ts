@@ -6,15 +6,12 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { execFile } from "node:child_process"
 import { AppConfig } from "../src/platform/Config.js"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { RouteResolver } from "../src/routes/Resolver.js"
-import { DomainsRepo } from "../src/domains/Repo.js"
-import { EndpointsRepo } from "../src/endpoints/Repo.js"
-import { RoutesRepo } from "../src/routes/Repo.js"
 import { TestDns, testServiceWithDns } from "./support/dns.js"
 import { type JsonBody, call } from "./support/http.js"
 import { startReceiver } from "./support/receiver.js"
@@ -750,7 +747,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expectError(yield* call("DELETE", `/v1/routes/${r.body.data.id}`, { token }), 404, "not_found")
       }))
 
-    it.effect("resolver precedence: exact route → most specific wildcard → domain default → organization fallback", () =>
+    it.scoped("resolver precedence: exact route → most specific wildcard → domain default → organization fallback", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const { orgId, token, inbox } = yield* newOrg("pro")
@@ -774,9 +771,8 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         yield* route(`*+tag@${domain}`, tagged)
         yield* route(`support@${domain}`, exact)
 
-        const resolver = yield* Effect.provide(RouteResolver, RouteResolver.Default.pipe(
-          Layer.provide([DomainsRepo.Default, EndpointsRepo.Default, RoutesRepo.Default])
-        ))
+        // The resolver batches its lookups with fibers of its own: it lives as long as this test's scope.
+        const resolver = Context.get(yield* Layer.build(RouteResolver.Default), RouteResolver)
         const resolve = (address: string) =>
           Effect.map(resolver.resolve(address), Option.map((r) => ({ via: r.via, endpoint: Option.getOrNull(Option.map(r.endpoint, (e) => e.id)), orgId: r.orgId })))
         expect(yield* resolve(`Support@${domain.toUpperCase()}`)).toEqual(Option.some({ via: "route", endpoint: exact, orgId }))

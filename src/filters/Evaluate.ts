@@ -1,7 +1,8 @@
 /**
  * Applying organization filters and endpoint rules to one inbound message (CONTRACT.md "Delivery":
  * organization filters, then the endpoint's `rules`, then its `event_types`), for the inbound
- * pipeline. Pure functions: the caller loads the filters (FiltersRepo.applicable) and the endpoint.
+ * pipeline. Pure functions: the caller loads the filters and the endpoint (the route resolver does, with
+ * the recipient).
  */
 import type { Rules } from "../endpoints/Api.js"
 import { matchesSender } from "./Patterns.js"

@@ -43,12 +43,71 @@ export interface AuthCheckOptions {
   readonly timeoutMs?: number
 }
 
-/** A resolver honouring DNS_SERVER ("host:port") with a 1 s per-query timeout and one try. */
-export const makeResolver = (dnsServer: string | null) => {
+type ResolveFn = (domain: string, rrtype: string) => Promise<Array<Array<string>> | Array<string>>
+
+/** How long an answer (or a "no such name / no such record") is reused. */
+const ANSWER_TTL_MS = 10_000
+/** How long a failed lookup (timeout, refused) is reused: a dead server does not cost every message its timeout. */
+const FAILURE_TTL_MS = 2_000
+const CACHE_ENTRIES = 10_000
+const ABSENT = new Set(["ENOTFOUND", "ENODATA"])
+
+/**
+ * A resolver honouring DNS_SERVER ("host:port") with a 1 s per-query timeout and one try, one per
+ * server for the process. Answers are reused for a few seconds (node's resolver does not report TXT
+ * TTLs, so the period is fixed and short): mail from one sender domain usually comes in bursts, and
+ * every message would otherwise ask for the same SPF and DMARC records. Concurrent identical
+ * queries share one lookup.
+ */
+const makeCachedResolver = (dnsServer: string | null): ResolveFn => {
   const resolver = new Resolver({ timeout: 1000, tries: 1 })
   if (dnsServer !== null) resolver.setServers([dnsServer])
-  return (domain: string, rrtype: string) =>
-    resolver.resolve(domain, rrtype) as unknown as Promise<Array<Array<string>> | Array<string>>
+  const cache = new Map<string, { readonly until: number; readonly answer: ReturnType<ResolveFn> }>()
+  return (domain, rrtype) => {
+    const key = `${rrtype} ${domain.toLowerCase()}`
+    const now = Date.now()
+    const hit = cache.get(key)
+    if (hit !== undefined && hit.until > now) return hit.answer
+    if (hit !== undefined) cache.delete(key)
+    if (cache.size >= CACHE_ENTRIES) cache.delete(cache.keys().next().value!)
+    const answer = resolver.resolve(domain, rrtype) as unknown as ReturnType<ResolveFn>
+    // Until it settles, the lookup is shared; then it stays for the TTL its outcome earns.
+    cache.set(key, { until: now + 1000, answer })
+    answer.then(
+      () => cache.set(key, { until: Date.now() + ANSWER_TTL_MS, answer }),
+      (e: unknown) => {
+        const code = typeof e === "object" && e !== null && "code" in e ? String(e.code) : ""
+        cache.set(key, { until: Date.now() + (ABSENT.has(code) ? ANSWER_TTL_MS : FAILURE_TTL_MS), answer })
+      }
+    )
+    return answer
+  }
+}
+
+const resolvers = new Map<string | null, ResolveFn>()
+export const makeResolver = (dnsServer: string | null): ResolveFn => {
+  let r = resolvers.get(dnsServer)
+  if (r === undefined) {
+    r = makeCachedResolver(dnsServer)
+    resolvers.set(dnsServer, r)
+  }
+  return r
+}
+
+const DKIM_SIGNATURE = /^dkim-signature[ \t]*:/im
+
+/**
+ * What the checks need to read: without a DKIM signature the body decides nothing (SPF looks at the
+ * envelope, DMARC at the From header), so only the header block is handed over instead of the whole
+ * message being streamed through the DKIM verifier.
+ */
+export const authenticityInput = (raw: Buffer): Buffer => {
+  const crlf = raw.indexOf("\r\n\r\n")
+  const lf = raw.indexOf("\n\n")
+  const end = crlf >= 0 && (lf < 0 || crlf < lf) ? crlf + 4 : lf >= 0 ? lf + 2 : -1
+  if (end < 0) return raw
+  const head = raw.subarray(0, end)
+  return DKIM_SIGNATURE.test(head.toString("latin1")) ? raw : head
 }
 
 export const checkAuthenticity = async (raw: Buffer, options: AuthCheckOptions): Promise<AuthResults> => {
@@ -57,7 +116,7 @@ export const checkAuthenticity = async (raw: Buffer, options: AuthCheckOptions):
   const timeout = new Promise<AuthResults>((resolve) => {
     timer = setTimeout(() => resolve(TEMP), budget)
   })
-  const check = authenticate(raw, {
+  const check = authenticate(authenticityInput(raw), {
     ip: options.ip,
     ...(options.helo !== null ? { helo: options.helo } : {}),
     ...(options.sender !== null ? { sender: options.sender } : {}),

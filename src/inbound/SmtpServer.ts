@@ -1,37 +1,24 @@
 /**
  * The inbound SMTP listener (smtp-server). Recipients are checked at RCPT time; the message is
  * streamed with a hard size limit (advertised with SIZE; an oversized stream is drained without
- * being kept); the `250` is sent only after every copy is committed to PostgreSQL, and a database
- * failure answers a temporary `451`, so the sending server retries and nothing is lost.
+ * being kept) and spooled to DATA_DIR past 1 MiB (Spool.ts); parse, SPF/DKIM/DMARC, score and
+ * event type of a message over 64 KB run in a worker thread (AnalyzePool.ts); the `250` is sent only after every copy is
+ * committed to PostgreSQL, and a database failure answers a temporary `451`, so the sending server
+ * retries and nothing is lost.
  */
 import { Effect, Layer, Option, Runtime } from "effect"
 import { readFileSync } from "node:fs"
 import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from "smtp-server"
 import { AppConfig } from "../platform/Config.js"
-import { checkAuthenticity, NO_AUTH } from "./Authenticity.js"
-import { classify } from "./Classify.js"
-import { emptyParsed, parseEmail, type ParsedEmail } from "./Parse.js"
+import { makeAnalyzePool } from "./AnalyzePool.js"
 import { type Recipient, Recipients } from "./Recipients.js"
-import { scoreSpam } from "./SpamScore.js"
+import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { InboundStore } from "./Store.js"
 
 export const MAX_MESSAGE_BYTES = 30 * 1024 * 1024
 export const MAX_RECIPIENTS = 100
-const PARSE_TIMEOUT_MS = 10_000
 
 const smtpError = (code: number, message: string) => Object.assign(new Error(message), { responseCode: code })
-
-const withTimeout = <A>(p: Promise<A>, ms: number, what: string) =>
-  new Promise<A>((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms)
-    p.then((v) => {
-      clearTimeout(t)
-      resolve(v)
-    }, (e) => {
-      clearTimeout(t)
-      reject(e)
-    })
-  })
 
 export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
   const config = yield* AppConfig
@@ -41,6 +28,9 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
   const run = Runtime.runPromise(runtime)
   const accepted = new Map<string, Array<Recipient>>()
   const dnsServer = Option.getOrNull(config.dnsServer)
+  const spoolDir = spoolDirectory(config.dataDir)
+  yield* Effect.sync(() => prepareSpool(spoolDir))
+  const pool = yield* Effect.acquireRelease(Effect.sync(() => makeAnalyzePool()), (p) => Effect.promise(() => p.close()))
   const tls = Option.isSome(config.smtpTlsCert) && Option.isSome(config.smtpTlsKey)
     ? { cert: readFileSync(config.smtpTlsCert.value), key: readFileSync(config.smtpTlsKey.value) }
     : undefined
@@ -68,69 +58,51 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
   }
 
   const process = async (raw: Buffer, session: SMTPServerSession, rcpts: Array<Recipient>) => {
-    let parsed: ParsedEmail = emptyParsed
-    let parseError: string | null = null
-    try {
-      parsed = await withTimeout(parseEmail(raw), PARSE_TIMEOUT_MS, "MIME parsing")
-    } catch (e) {
-      parseError = e instanceof Error ? e.message : String(e)
-    }
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null
-    const auth = session.remoteAddress
-      ? await checkAuthenticity(raw, {
-        ip: session.remoteAddress,
-        helo: session.hostNameAppearsAs ?? null,
-        sender: envelopeFrom,
-        dnsServer
-      })
-      : NO_AUTH
+    const analysis = await pool.analyze(
+      raw,
+      session.remoteAddress
+        ? { ip: session.remoteAddress, helo: session.hostNameAppearsAs ?? null, sender: envelopeFrom, dnsServer }
+        : null
+    )
     const message = {
       raw,
       envelopeFrom,
       clientAddress: session.remoteAddress ?? null,
       helo: session.hostNameAppearsAs ?? null,
-      parsed,
-      parseError,
-      auth,
-      spam: scoreSpam(parsed, auth),
-      event: classify(parsed, raw)
+      ...analysis
     }
     return run(store.store(message, rcpts))
   }
 
   const onData = (stream: SMTPServerDataStream, session: SMTPServerSession, callback: (err?: Error | null, message?: string) => void) => {
-    const chunks: Array<Buffer> = []
-    let size = 0
-    stream.on("data", (chunk: Buffer) => {
-      size += chunk.length
-      // Past the limit the message is refused anyway: what was kept is released at once and the
-      // rest is drained, so an oversized stream holds no memory for the rest of its length.
-      if (size <= MAX_MESSAGE_BYTES) chunks.push(chunk)
-      else if (chunks.length > 0) chunks.length = 0
-    })
-    stream.on("error", (e) => callback(smtpError(451, `4.3.0 ${e.message}`)))
-    stream.on("end", () => {
-      const rcpts = accepted.get(session.id) ?? []
-      accepted.delete(session.id)
-      if (stream.sizeExceeded || size > MAX_MESSAGE_BYTES) {
-        return callback(smtpError(552, `5.3.4 Message exceeds the maximum size of ${MAX_MESSAGE_BYTES} bytes`))
-      }
-      if (rcpts.length === 0) return callback(smtpError(554, "5.5.1 No valid recipients"))
-      const raw = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)
-      chunks.length = 0
-      process(raw, session, rcpts).then(
-        (stored) => {
-          if (stored.every((s) => s.status === "rejected")) {
-            return callback(smtpError(550, "5.7.1 Message rejected as spam"))
-          }
-          callback(null, `2.0.0 Ok: queued as ${stored.map((s) => s.id).join(",")}`)
-        },
-        (e) => {
-          Runtime.runFork(runtime)(Effect.logError("inbound message not committed; answered 451", e))
-          callback(smtpError(451, "4.3.0 Temporary failure storing the message, try again later"))
+    receive(stream, { dir: spoolDir, limit: MAX_MESSAGE_BYTES }).then(
+      (received) => {
+        const rcpts = accepted.get(session.id) ?? []
+        accepted.delete(session.id)
+        if (received._tag === "TooLarge" || stream.sizeExceeded) {
+          return callback(smtpError(552, `5.3.4 Message exceeds the maximum size of ${MAX_MESSAGE_BYTES} bytes`))
         }
-      )
-    })
+        if (rcpts.length === 0) return callback(smtpError(554, "5.5.1 No valid recipients"))
+        process(received.raw, session, rcpts).then(
+          (stored) => {
+            if (stored.every((s) => s.status === "rejected")) {
+              return callback(smtpError(550, "5.7.1 Message rejected as spam"))
+            }
+            callback(null, `2.0.0 Ok: queued as ${stored.map((s) => s.id).join(",")}`)
+          },
+          (e) => {
+            Runtime.runFork(runtime)(Effect.logError("inbound message not committed; answered 451", e))
+            callback(smtpError(451, "4.3.0 Temporary failure storing the message, try again later"))
+          }
+        )
+      },
+      (e: Error) => {
+        // A failed read or spool write: logged here, never echoed (the message may name a spool path).
+        Runtime.runFork(runtime)(Effect.logError("inbound message not received; answered 451", e))
+        callback(smtpError(451, "4.3.0 Temporary failure receiving the message, try again later"))
+      }
+    )
   }
 
   const server = new SMTPServer({

@@ -1,11 +1,21 @@
 /**
  * Durable storage of an inbound SMTP transaction: one `emails` row (+ raw content) per recipient,
- * all in one transaction, so the SMTP `250` is only sent once every copy is committed. Hooks let the
- * delivery pipeline enqueue its work inside the same transaction (no accepted mail without its
- * deliveries, no deliveries without their mail).
+ * committed before the SMTP `250` is sent, together with the work the delivery pipeline attaches
+ * to each copy (its delivery row): no accepted mail without its deliveries, no deliveries without
+ * their mail.
+ *
+ * Group commit: SMTP transactions that arrive while earlier ones are being written are stored
+ * together, in ONE autocommitted statement (multi-row INSERTs), by a few writers; each transaction's
+ * `250` still waits for the commit of the statement that holds it. Alone, a transaction is one
+ * statement and one round trip. Should a batch fail for a reason that lies in some message's data
+ * (not the database's availability), its transactions are retried one by one, so one message can
+ * never cost the others their acceptance.
  */
-import { SqlClient } from "@effect/sql"
-import { Context, Effect } from "effect"
+import { SqlClient, type SqlError, type Statement } from "@effect/sql"
+import { Cause, Context, Effect, Exit, Option } from "effect"
+import { randomUUID } from "node:crypto"
+import { makeBatcher } from "../platform/Batching.js"
+import { sqlState } from "../platform/SqlErrors.js"
 import type { AuthResults } from "./Authenticity.js"
 import type { EventType } from "./Classify.js"
 import type { ParsedEmail } from "./Parse.js"
@@ -31,50 +41,143 @@ export interface StoredEmail {
   readonly status: "accepted" | "rejected"
 }
 
-/** Work to do in the storing transaction for each accepted email (e.g. enqueue deliveries). */
+/**
+ * Work stored atomically with each accepted email (e.g. its delivery): a data-modifying statement
+ * (INSERT … RETURNING) embedded in the statement that stores the email. The email's id is known
+ * before the statement runs.
+ */
 export class OnEmailStored extends Context.Reference<OnEmailStored>()("mailroom/OnEmailStored", {
-  defaultValue: () => (_email: StoredEmail, _message: InboundMessage): Effect.Effect<void, never, SqlClient.SqlClient> => Effect.void
+  defaultValue: () => (_email: StoredEmail, _message: InboundMessage): Effect.Effect<Option.Option<Statement.Fragment>> => Effect.succeedNone
 }) {}
+
+/**
+ * Largest piece of a raw message sent in one statement. node-postgres copies every parameter into
+ * the Bind message it builds, so one 30 MB parameter means a second 30 MB buffer next to the
+ * message; larger messages are stored as a first piece and appended piece by piece in the same
+ * transaction.
+ */
+const RAW_PIECE_BYTES = 8 * 1024 * 1024
 
 export const isRejected = (spam: SpamVerdict, threshold: number | null) => threshold !== null && spam.score > threshold
 
+/** Writers, i.e. batch statements in flight at once (PostgreSQL also shares WAL flushes between them). */
+const WRITERS = 2
+/** Most SMTP transactions in one statement. */
+const MAX_BATCH = 64
+/** Bigger messages are written on their own, so a batch statement stays a few megabytes at most. */
+const BATCH_MESSAGE_BYTES = 256 * 1024
+
+interface Copy {
+  readonly email: StoredEmail
+  readonly attached: Option.Option<Statement.Fragment>
+}
+
+interface Transaction {
+  readonly message: InboundMessage
+  readonly copies: ReadonlyArray<Copy>
+}
+
+/** SQLSTATE classes of errors caused by a statement's data: data exception, integrity, program limit. */
+const isDataError = (e: SqlError.SqlError) => /^(22|23|54)[0-9A-Z]{3}$/.test(sqlState(e) ?? "")
+
 export class InboundStore extends Effect.Service<InboundStore>()("mailroom/InboundStore", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+
+    /** One statement storing every copy of the given transactions (and what is attached to them). */
+    const write = (transactions: ReadonlyArray<Transaction>) => {
+      const emails: Array<Record<string, unknown>> = []
+      const contents: Array<Record<string, unknown>> = []
+      const attached: Array<Statement.Fragment> = []
+      for (const { copies, message } of transactions) {
+        const p = message.parsed
+        for (const { attached: extra, email } of copies) {
+          const r = email.recipient
+          emails.push({
+            id: email.id,
+            org_id: r.orgId,
+            domain_id: r.domainId,
+            recipient: r.address,
+            envelope_from: message.envelopeFrom,
+            from_address: p.from?.address ?? null,
+            from_name: p.from?.name ?? null,
+            to_addresses: JSON.stringify(p.to),
+            cc_addresses: JSON.stringify(p.cc),
+            subject: p.subject,
+            message_id: p.messageId,
+            in_reply_to: p.inReplyTo,
+            references: JSON.stringify(p.references),
+            sent_at: p.date,
+            headers: JSON.stringify(p.headers),
+            attachments: JSON.stringify(p.attachments),
+            size_bytes: message.raw.length,
+            spam_score: message.spam.score,
+            auth: JSON.stringify(message.auth),
+            event_type: message.event,
+            status: email.status,
+            rejection_reason: email.status === "rejected"
+              ? `spam score ${message.spam.score} above threshold ${r.spamThreshold} (${message.spam.rules.join(", ")})`
+              : null,
+            parse_error: message.parseError,
+            client_address: message.clientAddress,
+            helo: message.helo
+          })
+          contents.push({ email_id: email.id, raw: message.raw.subarray(0, RAW_PIECE_BYTES), text_body: p.text, html_body: p.html })
+          if (Option.isSome(extra)) attached.push(extra.value)
+        }
+      }
+      // Data-modifying CTEs run to completion whether or not the main query reads them; the ids
+      // are chosen here, so no part needs another's output.
+      const more = attached.map((f, i) => sql`, ${sql.literal(`attached_${i}`)} AS (${f})`)
+      return sql`
+        WITH stored_emails AS (INSERT INTO emails ${sql.insert(emails)}),
+        stored_contents AS (INSERT INTO email_contents ${sql.insert(contents)})${sql.join("", false)(more)}
+        SELECT 1`
+    }
+
+    const writeOne = (t: Transaction) => Effect.exit(Effect.asVoid(write([t])))
+
+    const grouped = yield* makeBatcher({
+      workers: WRITERS,
+      maxBatch: MAX_BATCH,
+      run: (batch: ReadonlyArray<Transaction>) =>
+        Effect.gen(function*() {
+          const exit = yield* Effect.exit(Effect.asVoid(write(batch)))
+          const dataError = Exit.isFailure(exit) && Option.exists(Cause.failureOption(exit.cause), isDataError)
+          if (!dataError || batch.length === 1) return batch.map(() => exit)
+          return yield* Effect.forEach(batch, writeOne, { concurrency: WRITERS })
+        })
+    })
+
+    /** A large message on its own: the first piece with the row, the rest appended, one transaction. */
+    const writeLarge = (t: Transaction) => {
+      const raw = t.message.raw
+      if (raw.length <= RAW_PIECE_BYTES) return write([t])
+      return Effect.gen(function*() {
+        yield* write([t])
+        for (const { email } of t.copies) {
+          for (let at = RAW_PIECE_BYTES; at < raw.length; at += RAW_PIECE_BYTES) {
+            yield* sql`UPDATE email_contents SET raw = raw || ${raw.subarray(at, at + RAW_PIECE_BYTES)} WHERE email_id = ${email.id}`
+          }
+        }
+      }).pipe(sql.withTransaction)
+    }
+
+    const commit = (transaction: Transaction): Effect.Effect<void, SqlError.SqlError> =>
+      transaction.message.raw.length > BATCH_MESSAGE_BYTES ? writeLarge(transaction) : grouped(transaction)
 
     const store = (message: InboundMessage, recipients: ReadonlyArray<Recipient>) =>
       Effect.gen(function*() {
         const onStored = yield* OnEmailStored
-        const p = message.parsed
-        const stored: Array<StoredEmail> = []
+        const copies: Array<Copy> = []
         for (const r of recipients) {
           const rejected = isRejected(message.spam, r.spamThreshold)
-          // The email and its raw content in one statement: one round trip per recipient copy.
-          const rows = yield* sql<{ id: string }>`
-            WITH email AS (
-              INSERT INTO emails (org_id, domain_id, recipient, envelope_from, from_address, from_name, to_addresses,
-                cc_addresses, subject, message_id, in_reply_to, "references", sent_at, headers, attachments, size_bytes,
-                spam_score, auth, event_type, status, rejection_reason, parse_error, client_address, helo)
-              VALUES (${r.orgId}, ${r.domainId}, ${r.address}, ${message.envelopeFrom}, ${p.from?.address ?? null},
-                ${p.from?.name ?? null}, ${JSON.stringify(p.to)}::jsonb, ${JSON.stringify(p.cc)}::jsonb, ${p.subject},
-                ${p.messageId}, ${p.inReplyTo}, ${JSON.stringify(p.references)}::jsonb, ${p.date},
-                ${JSON.stringify(p.headers)}::jsonb, ${JSON.stringify(p.attachments)}::jsonb, ${message.raw.length},
-                ${message.spam.score}, ${JSON.stringify(message.auth)}::jsonb, ${message.event},
-                ${rejected ? "rejected" : "accepted"},
-                ${rejected ? `spam score ${message.spam.score} above threshold ${r.spamThreshold} (${message.spam.rules.join(", ")})` : null},
-                ${message.parseError}, ${message.clientAddress}, ${message.helo})
-              RETURNING id),
-            content AS (
-              INSERT INTO email_contents (email_id, raw, text_body, html_body)
-              SELECT id, ${message.raw}, ${p.text}, ${p.html} FROM email)
-            SELECT id FROM email`
-          const id = rows[0]!.id
-          const email: StoredEmail = { id, orgId: r.orgId, recipient: r, status: rejected ? "rejected" : "accepted" }
-          if (!rejected) yield* onStored(email, message).pipe(Effect.provideService(SqlClient.SqlClient, sql))
-          stored.push(email)
+          const email: StoredEmail = { id: randomUUID(), orgId: r.orgId, recipient: r, status: rejected ? "rejected" : "accepted" }
+          copies.push({ email, attached: rejected ? Option.none() : yield* onStored(email, message) })
         }
-        return stored
-      }).pipe(sql.withTransaction, Effect.withSpan("InboundStore.store"))
+        yield* commit({ message, copies })
+        return copies.map((c) => c.email)
+      }).pipe(Effect.withSpan("InboundStore.store"))
 
     return { store } as const
   })

@@ -8,13 +8,10 @@ import { Clock, Effect, Either, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { isOurExchange } from "../domains/Http.js"
-import { DomainsRepo } from "../domains/Repo.js"
 import type { DomainRow } from "../domains/Repo.js"
-import { EndpointsRepo } from "../endpoints/Repo.js"
 import type { EndpointRow } from "../endpoints/Repo.js"
 import { Dns } from "../net/Dns.js"
 import { AppConfig } from "../platform/Config.js"
-import { RoutesRepo } from "../routes/Repo.js"
 import { RouteResolver } from "../routes/Resolver.js"
 import type { InboxAddress, InboxIssue, IssueCode } from "./Api.js"
 import { InboxRepo, type LastDeliveryRow } from "./Repo.js"
@@ -206,8 +203,7 @@ export const InboxHttpLive = HttpApiBuilder.group(MailroomApi, "inbox", (handler
       }))
   })).pipe(Layer.provide([
   InboxRepo.Default,
-  Dns.Default,
-  RouteResolver.Default.pipe(Layer.provide([DomainsRepo.Default, EndpointsRepo.Default, RoutesRepo.Default]))
+  Dns.Default
 ]))
 
 const toLast = (d: LastDeliveryRow) => ({

@@ -4,15 +4,19 @@
  * fallback (`domain_id: null`). Managed inbox addresses (and their `+tag` forms) belong to their
  * organization and use its fallback. Only active, enabled endpoints are chosen; a route whose
  * endpoint is disabled is passed over. Mail for an inactive or unverified domain resolves to nothing.
+ *
+ * Everything the inbound path needs about a recipient (owner, spam threshold, every candidate
+ * destination, the organization's filters) comes from ONE query: it runs at RCPT time, once per
+ * recipient, and its answer is carried to the storing statement.
  */
-import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
-import { DomainsRepo } from "../domains/Repo.js"
-import { type EndpointRow, EndpointsRepo } from "../endpoints/Repo.js"
+import { SqlClient, type Statement } from "@effect/sql"
+import { Effect, Exit, Option } from "effect"
+import type { EndpointRow } from "../endpoints/Repo.js"
+import type { FilterLike } from "../filters/Evaluate.js"
 import { domainOf } from "../filters/Patterns.js"
+import { makeBatcher } from "../platform/Batching.js"
 import { AppConfig } from "../platform/Config.js"
 import { compareSpecificity, matchesRoute, parseRoutePattern } from "./Patterns.js"
-import { RoutesRepo } from "./Repo.js"
 
 export interface Resolution {
   readonly orgId: string
@@ -23,64 +27,143 @@ export interface Resolution {
   readonly endpoint: Option.Option<EndpointRow>
 }
 
+/** A served recipient: its resolution plus what ingestion applies to it. */
+export interface RecipientFacts {
+  readonly resolution: Resolution
+  /** The domain's threshold where set (paid plans), else the account's; null disables. */
+  readonly spamThreshold: number | null
+  /** Enabled filters that apply (organization-wide plus the domain's own), oldest first. */
+  readonly filters: ReadonlyArray<FilterLike>
+}
+
+/** An endpoint row as `to_json` gives it: timestamps are ISO strings. */
+type EndpointJson = Omit<EndpointRow, "deactivated_at" | "created_at" | "updated_at"> & {
+  readonly deactivated_at: string | null
+  readonly created_at: string
+  readonly updated_at: string
+}
+
+/** The recipient's owner with, as JSON, every candidate destination and the filters. */
+interface OwnerRow {
+  readonly org_id: string
+  readonly domain_id: string | null
+  readonly threshold: string | null
+  readonly filters: ReadonlyArray<FilterLike>
+  /** Routes of the recipient's domain (or managed inbox) to active, enabled endpoints, oldest first. */
+  readonly routes: ReadonlyArray<{ readonly id: string; readonly pattern: string; readonly endpoint: EndpointJson }>
+  readonly domain_default: EndpointJson | null
+  readonly fallback: EndpointJson | null
+}
+
+const endpointOf = (e: EndpointJson): EndpointRow => ({
+  ...e,
+  deactivated_at: e.deactivated_at === null ? null : new Date(e.deactivated_at),
+  created_at: new Date(e.created_at),
+  updated_at: new Date(e.updated_at)
+})
+
+/** Lookup queries in flight at once; more lookups wait and go together in the next query. */
+const LOOKUP_WORKERS = 2
+const MAX_LOOKUP_BATCH = 100
+
 export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/RouteResolver", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const config = yield* AppConfig
-    const domains = yield* DomainsRepo
-    const endpoints = yield* EndpointsRepo
-    const routes = yield* RoutesRepo
     const managed = config.managedInboxDomain.toLowerCase()
 
-    /** The organization owning a recipient: by managed inbox address or by verified, active domain. */
-    const owner = (address: string) =>
-      Effect.gen(function*() {
-        const domain = domainOf(address)
-        if (domain === undefined) return Option.none<{ orgId: string; domainId: string | null }>()
-        if (domain === managed) {
-          const local = address.slice(0, address.lastIndexOf("@"))
-          const plus = local.indexOf("+")
-          const base = plus > 0 ? `${local.slice(0, plus)}@${domain}` : address
-          const rows = yield* sql<{ id: string }>`SELECT id FROM organizations
-              WHERE managed_inbox_address = ${address} OR managed_inbox_address = ${base} LIMIT 1`.pipe(Effect.orDie)
-          return Option.map(Option.fromNullable(rows[0]), (r) => ({ orgId: r.id, domainId: null }))
-        }
-        const row = yield* domains.findVerifiedByName(domain)
-        return Option.flatMap(row, (d) => d.is_active ? Option.some({ orgId: d.org_id, domainId: d.id }) : Option.none())
+    /**
+     * Everything about each recipient's owner, one row per served recipient (`ord` says which): the
+     * owner is found by managed inbox address (or its `+tag` base) or by verified, active domain;
+     * each candidate is a correlated subquery on an index, evaluated for served recipients only.
+     */
+    const owners = (requests: ReadonlyArray<{ readonly address: string; readonly base: string; readonly domain: string }>) => {
+      const candidates = (org: Statement.Fragment, dom: Statement.Fragment) =>
+        sql`(SELECT coalesce(json_agg(json_build_object('type', f.type, 'pattern', f.pattern) ORDER BY f.created_at), '[]'::json)
+               FROM filters f WHERE f.org_id = ${org} AND f.enabled AND (f.domain_id IS NULL OR f.domain_id = ${dom})) AS filters,
+            (SELECT coalesce(json_agg(json_build_object('id', r.id, 'pattern', r.pattern, 'endpoint', to_json(e)) ORDER BY r.created_at, r.id), '[]'::json)
+               FROM routes r JOIN endpoints e ON e.id = r.endpoint_id AND e.org_id = r.org_id
+              WHERE r.org_id = ${org} AND r.domain_id IS NOT DISTINCT FROM ${dom} AND e.deactivated_at IS NULL AND e.enabled) AS routes,
+            (SELECT to_json(e) FROM endpoints e WHERE e.org_id = ${org} AND e.deactivated_at IS NULL AND e.enabled
+                AND NOT e.is_route_target AND e.domain_id = ${dom} LIMIT 1) AS domain_default,
+            (SELECT to_json(e) FROM endpoints e WHERE e.org_id = ${org} AND e.deactivated_at IS NULL AND e.enabled
+                AND NOT e.is_route_target AND e.domain_id IS NULL LIMIT 1) AS fallback`
+      const input = JSON.stringify(requests.map((r, ord) => ({ ord, ...r })))
+      return sql<OwnerRow & { readonly ord: number }>`
+        SELECT i.ord, x.*
+          FROM json_to_recordset(${input}::json) AS i(ord int, address text, base text, domain text)
+          CROSS JOIN LATERAL (
+            (SELECT o.id AS org_id, NULL::uuid AS domain_id, o.spam_threshold AS threshold, ${candidates(sql`o.id`, sql`NULL::uuid`)}
+               FROM organizations o
+              WHERE i.domain = ${managed} AND (o.managed_inbox_address = i.address OR o.managed_inbox_address = i.base)
+              LIMIT 1)
+            UNION ALL
+            (SELECT d.org_id, d.id, coalesce(d.spam_threshold, o.spam_threshold), ${candidates(sql`d.org_id`, sql`d.id`)}
+               FROM domains d JOIN organizations o ON o.id = d.org_id
+              WHERE i.domain <> ${managed} AND d.domain = i.domain AND d.verified_at IS NOT NULL AND d.is_active)
+          ) x`
+    }
+
+    const factsOf = (row: OwnerRow, address: string): RecipientFacts => {
+      const { domain_id: domainId, org_id: orgId } = row
+      const facts = (resolution: Resolution): RecipientFacts => ({
+        resolution,
+        spamThreshold: row.threshold === null ? null : Number(row.threshold),
+        filters: row.filters
       })
+      const route = row.routes
+        .map((r) => ({ r, p: parseRoutePattern(r.pattern) }))
+        .filter((c): c is { r: typeof c.r; p: NonNullable<typeof c.p> } => c.p !== undefined && matchesRoute(c.p, address))
+        // Array.sort is stable: equal specificity keeps the oldest route first.
+        .sort((a, b) => compareSpecificity(a.p, b.p))[0]
+      if (route !== undefined) {
+        return facts({ orgId, domainId, via: "route", routeId: route.r.id, endpoint: Option.some(endpointOf(route.r.endpoint)) })
+      }
+      if (row.domain_default !== null) {
+        return facts({ orgId, domainId, via: "domain_default", routeId: null, endpoint: Option.some(endpointOf(row.domain_default)) })
+      }
+      return facts({
+        orgId,
+        domainId,
+        via: row.fallback === null ? "none" : "fallback",
+        routeId: null,
+        endpoint: row.fallback === null ? Option.none() : Option.some(endpointOf(row.fallback))
+      })
+    }
+
+    // Concurrent lookups (SMTP sessions arriving together) share one query; the same address
+    // asked twice in a batch is looked up once.
+    const batched = yield* makeBatcher({
+      workers: LOOKUP_WORKERS,
+      maxBatch: MAX_LOOKUP_BATCH,
+      run: (addresses: ReadonlyArray<string>) =>
+        Effect.gen(function*() {
+          const unique = [...new Set(addresses)]
+          const requests = unique.map((address) => {
+            const domain = domainOf(address)!
+            const local = address.slice(0, address.lastIndexOf("@"))
+            const plus = local.indexOf("+")
+            const base = domain === managed && plus > 0 ? `${local.slice(0, plus)}@${domain}` : address
+            return { address, base, domain }
+          })
+          const rows = yield* Effect.orDie(owners(requests))
+          const found = new Map<string, RecipientFacts>()
+          for (const row of rows) {
+            const address = unique[row.ord]!
+            if (!found.has(address)) found.set(address, factsOf(row, address))
+          }
+          return addresses.map((a) => Exit.succeed(Option.fromNullable(found.get(a))))
+        })
+    })
+
+    const lookup = (recipient: string): Effect.Effect<Option.Option<RecipientFacts>> => {
+      const address = recipient.trim().toLowerCase()
+      return domainOf(address) === undefined ? Effect.succeed(Option.none()) : batched(address)
+    }
 
     const resolve = (recipient: string): Effect.Effect<Option.Option<Resolution>> =>
-      Effect.gen(function*() {
-        const address = recipient.trim().toLowerCase()
-        const found = yield* owner(address)
-        if (Option.isNone(found)) return Option.none()
-        const { orgId, domainId } = found.value
-        const candidates = yield* routes.candidates(orgId, domainId)
-        const matching = candidates
-          .map((r) => ({ row: r, p: parseRoutePattern(r.pattern) }))
-          .filter((c): c is { row: typeof c.row; p: NonNullable<typeof c.p> } => c.p !== undefined && matchesRoute(c.p, address))
-          // Array.sort is stable: equal specificity keeps the oldest route first.
-          .sort((a, b) => compareSpecificity(a.p, b.p))
-        for (const m of matching) {
-          const e = yield* endpoints.find(orgId, m.row.endpoint_id)
-          if (Option.isSome(e) && e.value.enabled) {
-            return Option.some({ orgId, domainId, via: "route" as const, routeId: m.row.id, endpoint: e })
-          }
-        }
-        if (domainId !== null) {
-          const d = yield* endpoints.slotHolder(orgId, domainId, null)
-          if (Option.isSome(d)) return Option.some({ orgId, domainId, via: "domain_default" as const, routeId: null, endpoint: d })
-        }
-        const f = yield* endpoints.slotHolder(orgId, null, null)
-        return Option.some({
-          orgId,
-          domainId,
-          via: Option.isSome(f) ? "fallback" as const : "none" as const,
-          routeId: null,
-          endpoint: f
-        })
-      })
+      Effect.map(lookup(recipient), Option.map((f) => f.resolution))
 
-    return { resolve, owner } as const
+    return { lookup, resolve } as const
   })
 }) {}

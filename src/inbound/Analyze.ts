@@ -1,0 +1,55 @@
+/**
+ * Everything derived from a received message before it is stored: MIME parse, SPF/DKIM/DMARC,
+ * spam score and event type. The CPU-heavy part of ingestion, so it runs in worker threads
+ * (AnalyzePool.ts); `analyze` itself is an ordinary function.
+ */
+import { type AuthCheckOptions, type AuthResults, checkAuthenticity, NO_AUTH } from "./Authenticity.js"
+import { classify, type EventType } from "./Classify.js"
+import { emptyParsed, parseEmail, type ParsedEmail } from "./Parse.js"
+import { scoreSpam, type SpamVerdict } from "./SpamScore.js"
+
+export interface Analysis {
+  readonly parsed: ParsedEmail
+  readonly parseError: string | null
+  readonly auth: AuthResults
+  readonly spam: SpamVerdict
+  readonly event: EventType
+}
+
+export const PARSE_TIMEOUT_MS = 10_000
+
+const withTimeout = <A>(p: Promise<A>, ms: number, what: string) =>
+  new Promise<A>((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms)
+    p.then((v) => {
+      clearTimeout(t)
+      resolve(v)
+    }, (e) => {
+      clearTimeout(t)
+      reject(e)
+    })
+  })
+
+/** The verdict for a message whose parse failed: stored raw with `parse_error`, never dropped. */
+export const unparsed = (raw: Buffer, parseError: string, auth: AuthResults): Analysis => ({
+  parsed: emptyParsed,
+  parseError,
+  auth,
+  spam: scoreSpam(emptyParsed, auth),
+  event: classify(emptyParsed, raw)
+})
+
+/** `auth` null: no client address (nothing to check SPF against). */
+export const analyze = async (raw: Buffer, auth: AuthCheckOptions | null): Promise<Analysis> => {
+  let parsed: ParsedEmail = emptyParsed
+  let parseError: string | null = null
+  // The authenticity checks wait on DNS: they run while the message is parsed.
+  const authenticity = auth === null ? Promise.resolve(NO_AUTH) : checkAuthenticity(raw, auth)
+  try {
+    parsed = await withTimeout(parseEmail(raw), PARSE_TIMEOUT_MS, "MIME parsing")
+  } catch (e) {
+    parseError = e instanceof Error ? e.message : String(e)
+  }
+  const results = await authenticity
+  return { parsed, parseError, auth: results, spam: scoreSpam(parsed, results), event: classify(parsed, raw) }
+}

@@ -9,6 +9,7 @@
  *
  *   npx tsx scripts/bench-api.ts [--seconds 5] [--concurrency 32]
  */
+import { builtService } from "./bench-support.js"
 import { Effect, Layer } from "effect"
 import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -126,7 +127,7 @@ const main = async () => {
       .listen(${barePort}, "127.0.0.1")`], { stdio: "ignore" })
 
   const port = await freePort()
-  const service = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+  const service = spawn(process.execPath, [builtService()], {
     env: { ...process.env, ...env, PORT: String(port), SMTP_PORT: String(await freePort()) },
     stdio: ["ignore", "ignore", "inherit"]
   })

@@ -7,13 +7,14 @@
  *      10 s; webhooks received per second, until the backlog is drained;
  *   4. the same flood against a bare `smtp-server` that only counts messages (the ceiling of SMTP on
  *      this machine); the ratio is the figure.
- * The service runs as a child process (`node --import tsx src/main.ts`) over a scratch database
+ * The service runs as a child process (`dist/server/main.mjs`, as `npm start` runs it) over a scratch database
  * created on DATABASE_URL's server and dropped afterwards; DNS goes to a local stub answering
  * NXDOMAIN (SPF/DKIM/DMARC lookups happen and fail fast, as for mail from unknown domains).
  *
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-inbound.ts \
  *     [--rate 50] [--seconds 10] [--concurrency 16] [--big-mb 25]
  */
+import { builtService, cpuMsOf } from "./bench-support.js"
 import dnsPacket from "dns-packet"
 import { Effect, Layer } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -124,12 +125,6 @@ const memoryKb = (pid: number, field: "VmRSS" | "VmHWM") => {
   return m === null ? NaN : Number(m[1])
 }
 
-/** CPU seconds (user + system) a process has used, from /proc/<pid>/stat (clock ticks of 10 ms). */
-const cpuSeconds = (pid: number) => {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(fields[11]) + Number(fields[12])) / 100
-}
 const selfCpu = () => {
   const u = process.cpuUsage()
   return (u.user + u.system) / 1e6
@@ -232,7 +227,7 @@ const main = async () => {
     const smtpPort = await freePort()
     // BENCH_SERVICE_NODE_ARGS: extra node flags for the service (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
     const extra = (process.env.BENCH_SERVICE_NODE_ARGS ?? "").split(" ").filter((a) => a !== "")
-    const service = spawn(process.execPath, [...extra, "--import", "tsx", "src/main.ts"], {
+    const service = spawn(process.execPath, [...extra, builtService()], {
       env: {
         ...process.env,
         ...env,
@@ -266,7 +261,7 @@ const main = async () => {
 
     // 1. Steady rate.
     const total = RATE * SECONDS
-    const steadyCpu = { service: cpuSeconds(pid), bench: selfCpu(), at: Date.now() }
+    const steadyCpu = { service: cpuMsOf(pid) / 1000, bench: selfCpu(), at: Date.now() }
     const ingest: Array<number> = []
     let steadyErrors = 0
     const t0 = Date.now()
@@ -286,7 +281,7 @@ const main = async () => {
     await waitUntil(() => count("steady-") >= total - steadyErrors, 30_000)
     const steadyWall = (Date.now() - steadyCpu.at) / 1000
     const steadyUse = {
-      service: (cpuSeconds(pid) - steadyCpu.service) / steadyWall,
+      service: (cpuMsOf(pid) / 1000 - steadyCpu.service) / steadyWall,
       bench: (selfCpu() - steadyCpu.bench) / steadyWall
     }
     const latencies = receiver.hits.filter((h) => h.tag.startsWith("steady-")).map((h) => h.receivedAt - h.sentAt).sort((a, b) => a - b)
@@ -324,12 +319,12 @@ const main = async () => {
     const hwm = memoryKb(pid, "VmHWM")
 
     // 3. Flood the service.
-    const floodCpu = { service: cpuSeconds(pid), bench: selfCpu(), at: Date.now() }
+    const floodCpu = { service: cpuMsOf(pid) / 1000, bench: selfCpu(), at: Date.now() }
     const svc = await flood(smtpPort, org.address, "flood", SECONDS, CONCURRENCY)
     await waitUntil(() => count("flood-") >= svc.accepted, 60_000)
     const floodWall = (Date.now() - floodCpu.at) / 1000
     const floodUse = {
-      service: (cpuSeconds(pid) - floodCpu.service) / floodWall,
+      service: (cpuMsOf(pid) / 1000 - floodCpu.service) / floodWall,
       bench: (selfCpu() - floodCpu.bench) / floodWall
     }
     const floodHits = receiver.hits.filter((h) => h.tag.startsWith("flood-"))

@@ -7,7 +7,7 @@
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-smtp-ingest.ts [--seconds 15] [--sessions 50]
  */
 import pg from "pg"
-import { arg, message, percentile, provision, RawSmtp, scratch, startService } from "./bench-support.js"
+import { arg, cpuMsOf, message, percentile, provision, RawSmtp, scratch, startService } from "./bench-support.js"
 
 const SECONDS = arg("seconds", 15)
 const SESSIONS = arg("sessions", 50)
@@ -21,6 +21,16 @@ const commits = async (url: string | undefined) => {
   return Number(r.rows[0].n)
 }
 
+/** The CPU time so far of each PostgreSQL backend serving the service (its pooled connections). */
+const backendsCpuMs = async (url: string | undefined) => {
+  if (url === undefined) return undefined
+  const c = new pg.Client({ connectionString: url })
+  await c.connect()
+  const r = await c.query("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'mailroom'")
+  await c.end()
+  return new Map(r.rows.map((row: { pid: number }) => [row.pid, cpuMsOf(row.pid)]))
+}
+
 const main = async () => {
   const db = await scratch("ingest")
   const [org] = await provision(db.env, 1)
@@ -32,6 +42,8 @@ const main = async () => {
     warm.close()
 
     const before = await commits(db.adminUrl)
+    const cpuBefore = cpuMsOf(service.child.pid)
+    const pgBefore = await backendsCpuMs(db.adminUrl)
     const latencies: Array<number> = []
     let refused = 0
     let seq = 0
@@ -48,6 +60,8 @@ const main = async () => {
       c.close()
     }))
     const elapsed = (performance.now() - started) / 1000
+    const cpuUsed = cpuMsOf(service.child.pid) - cpuBefore
+    const pgAfter = await backendsCpuMs(db.adminUrl)
     const after = await commits(db.adminUrl)
     latencies.sort((a, b) => a - b)
     const rate = latencies.length / elapsed
@@ -56,6 +70,12 @@ const main = async () => {
     console.log(`end-of-DATA → 250: p50 ${percentile(latencies, 0.5).toFixed(1)} ms, p99 ${percentile(latencies, 0.99).toFixed(1)} ms, max ${percentile(latencies, 1).toFixed(1)} ms`)
     if (before !== undefined && after !== undefined) {
       console.log(`commits per accepted email: ${((after - before) / Math.max(1, latencies.length)).toFixed(2)} (target ≤ 4)`)
+    }
+    console.log(`service CPU ${(cpuUsed / Math.max(1, latencies.length)).toFixed(2)} ms per accepted email (${(cpuUsed / 10 / elapsed).toFixed(0)}% of one core)`)
+    if (pgBefore !== undefined && pgAfter !== undefined) {
+      // Connections opened during the run count from zero.
+      const used = [...pgAfter].reduce((n, [pid, ms]) => n + ms - (pgBefore.get(pid) ?? 0), 0)
+      console.log(`PostgreSQL backends CPU ${(used / Math.max(1, latencies.length)).toFixed(2)} ms per accepted email`)
     }
     console.log(`service RSS ${(service.rssKb() / 1024).toFixed(0)} MB, peak ${(service.peakRssKb() / 1024).toFixed(0)} MB (target ≤ 512 MB)`)
   } finally {

@@ -117,8 +117,11 @@ interface OrgState {
 }
 
 const nextOp = (i: number, org: OrgState, run: string): Op => {
-  // 10 slots: 7 reads, 3 POSTs (spread so each organization sees the same mix).
-  const slot = Math.floor(i / ORGS) % 10
+  // 10 slots: 7 reads, 3 POSTs. Request i goes to organization i % ORGS as its k-th request; the
+  // slot turns with both, so every organization sees the 7/3 mix over its own requests and any 10
+  // consecutive requests hold 3 POSTs. (Turning with k alone sent the POSTs as bursts of 3 × ORGS
+  // back to back, 0.6 s of POSTs only at 500/s, every 2 s: a different load from a mix.)
+  const slot = (Math.floor(i / ORGS) + (i % ORGS)) % 10
   if (slot < 7) {
     const path = READS[(Math.floor(i / ORGS / 10) * 7 + slot + i) % READS.length]!
     return { cls: `GET ${path.split("?")[0]}`, method: "GET", path }

@@ -10,13 +10,22 @@ import { Schema, SchemaAST } from "effect"
 
 const jsonId = (id: string) => ({ [SchemaAST.JSONIdentifierAnnotationId]: id })
 
+/**
+ * The decoded side of an envelope. Encoding validates every value against the wire schema once
+ * (refinements included) on its way out, and decoding validates the wire input once on its way in;
+ * the decoded side only moves values between the two, so re-checking it (`Schema.typeSchema`) doubled
+ * the cost of every response (a 20-item list spent about 0.3 ms in it) and caught nothing new.
+ */
+const trusted = <A>(identifier: string) =>
+  Schema.declare((_: unknown): _ is A => true, { identifier: `${identifier}Value` })
+
 /** `{success:true,data}`; the handler returns `A`. */
 export const Ok = <A, I, R>(data: Schema.Schema<A, I, R>, identifier: string): Schema.Schema<
   A,
   { readonly success: true; readonly data: I },
   R
 > =>
-  Schema.transform(Schema.Struct({ success: Schema.Literal(true), data }), Schema.typeSchema(data), {
+  Schema.transform(Schema.Struct({ success: Schema.Literal(true), data }), trusted<A>(identifier), {
     strict: false,
     decode: (e) => e.data,
     encode: (a) => ({ success: true as const, data: a })
@@ -48,7 +57,7 @@ export const OkList = <A, I, R>(item: Schema.Schema<A, I, R>, identifier: string
 > =>
   Schema.transform(
     Schema.Struct({ success: Schema.Literal(true), data: Schema.Array(item), meta: ListMeta }),
-    Schema.Struct({ items: Schema.Array(Schema.typeSchema(item)), meta: Schema.typeSchema(ListMeta) }),
+    trusted<Page<A>>("Page"),
     {
       strict: false,
       decode: (e) => ({ items: e.data, meta: e.meta }),

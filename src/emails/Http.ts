@@ -20,9 +20,9 @@ import { Credentials } from "../platform/Credentials.js"
 import { setHeader } from "../platform/HttpHeaders.js"
 import type { Email, EmailSummary } from "./Api.js"
 import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
-import { type EmailRow, EmailsRepo } from "./Repo.js"
+import { EmailsRepo, type SummaryRow } from "./Repo.js"
 
-export const toSummary = (row: EmailRow): EmailSummary => ({
+export const toSummary = (row: SummaryRow): EmailSummary => ({
   id: row.id,
   message_id: row.message_id,
   event_type: row.event_type,

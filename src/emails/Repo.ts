@@ -30,6 +30,13 @@ export interface EmailRow {
   received_at: Date
 }
 
+/** What a list shows of an email (`toSummary`): no headers, references or bodies. */
+export type SummaryRow = Omit<EmailRow, "headers" | "references" | "in_reply_to" | "org_id">
+
+const SUMMARY_COLUMNS = `id, domain_id, recipient, envelope_from, from_address, from_name, to_addresses, cc_addresses,
+  subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, event_type, status, rejection_reason,
+  content_discarded_at, received_at`
+
 export interface EmailListQuery {
   readonly limit: number
   readonly after: Option.Option<{ readonly createdAt: Date; readonly id: string }>
@@ -63,10 +70,18 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
           onNone: () => conds,
           onSome: (c) => [...conds, sql`(received_at, id) < (${c.createdAt}, ${c.id})`]
         })
-        const rows = yield* sql<EmailRow>`SELECT * FROM emails WHERE ${sql.and(page)}
-          ORDER BY received_at DESC, id DESC LIMIT ${q.limit + 1}`
-        const total = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM emails WHERE ${sql.and(conds)}`
-        return { rows: rows.slice(0, q.limit), more: rows.length > q.limit, total: total[0]!.n }
+        // One round trip and one snapshot for the page and its total (the total's row comes back
+        // alone when the page is empty), and only the columns a summary shows: headers can be tens
+        // of KB per email, and parsing them for a list that never shows them cost more than the page.
+        const rows = yield* sql<SummaryRow & { readonly page_total: number }>`
+          WITH page AS (
+            SELECT ${sql.literal(SUMMARY_COLUMNS)} FROM emails WHERE ${sql.and(page)}
+            ORDER BY received_at DESC, id DESC LIMIT ${q.limit + 1})
+          SELECT t.page_total, page.* FROM (SELECT count(*)::int AS page_total FROM emails WHERE ${sql.and(conds)}) t
+            LEFT JOIN page ON true
+          ORDER BY page.received_at DESC, page.id DESC`
+        const listed = rows.filter((r) => r.id !== null)
+        return { rows: listed.slice(0, q.limit), more: listed.length > q.limit, total: rows[0]?.page_total ?? 0 }
       }).pipe(Effect.orDie)
 
     const find = (orgId: string, id: string) =>

@@ -8,7 +8,7 @@
  */
 import http from "node:http"
 import pg from "pg"
-import { arg, provision, scratch, type Service, startService } from "./bench-support.js"
+import { arg, provision, scratch, seedApiData, type Service, startService } from "./bench-support.js"
 
 const REQUESTS = arg("requests", 2000)
 /** `--only <text>`: only the shapes whose name contains it (for profiling one of them). */
@@ -60,21 +60,7 @@ const main = async () => {
   try {
     const orgs = await provision(s.env, ORGS)
     await db.connect()
-    const ids = orgs.map((o) => o.id)
-    await db.query(`INSERT INTO endpoints (org_id, kind, url, enabled) SELECT o, 'http', 'http://127.0.0.1:9/hook', true FROM unnest($1::uuid[]) o`, [ids])
-    await db.query(`INSERT INTO filters (org_id, type, pattern, enabled) SELECT o, 'blocklist', 'seed' || g || '@bench.example', true FROM unnest($1::uuid[]) o, generate_series(1, 5) g`, [ids])
-    await db.query(`
-      INSERT INTO emails (org_id, recipient, from_address, subject, size_bytes, auth, event_type, status, received_at)
-      SELECT o, 'inbox@agents.localhost', 'sender' || g || '@bench.example', 'bench subject ' || g, 2048,
-             '{"spf":"none","dkim":"none","dmarc":"none"}', 'email.received', 'accepted', now() - g * interval '1 minute'
-      FROM unnest($1::uuid[]) o, generate_series(1, 60) g`, [ids])
-    await db.query(`
-      INSERT INTO deliveries (org_id, endpoint_id, event_id, event_type, payload, status, attempt_count,
-                              email_sender, email_recipient, email_subject, created_at, updated_at)
-      SELECT e.org_id, e.id, 'evt_seed_' || g, 'email.received', '{}', 'delivered', 1,
-             'sender@bench.example', 'inbox@agents.localhost', 'bench subject ' || g,
-             now() - g * interval '1 minute', now() - g * interval '1 minute'
-      FROM endpoints e, generate_series(1, 60) g WHERE e.org_id = ANY($1::uuid[])`, [ids])
+    await seedApiData(db, orgs.map((o) => o.id))
     svc = await startService(s.env)
     const service = svc
     let seq = 0

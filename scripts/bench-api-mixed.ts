@@ -22,7 +22,7 @@
 import http from "node:http"
 import pg from "pg"
 import { encodeCursor } from "../src/contract/Paging.js"
-import { arg, percentile, provision, scratch, type Service, startService } from "./bench-support.js"
+import { arg, percentile, provision, scratch, seedApiData, type Service, startService } from "./bench-support.js"
 
 const RATE = arg("rate", 500)
 const SECONDS = arg("seconds", 20)
@@ -214,29 +214,6 @@ const watchRss = async <A>(svc: Service, during: () => Promise<A>) => {
 }
 
 /** Seeds the per-organization rows the reads list (so pages carry real items). */
-const seedSmall = async (db: pg.Client, orgIds: ReadonlyArray<string>) => {
-  await db.query(`
-    INSERT INTO endpoints (org_id, kind, url, enabled)
-    SELECT o, 'http', 'http://127.0.0.1:9/hook', true FROM unnest($1::uuid[]) o`, [orgIds])
-  await db.query(`
-    INSERT INTO filters (org_id, type, pattern, enabled)
-    SELECT o, 'blocklist', 'seed' || g || '@bench.example', true FROM unnest($1::uuid[]) o, generate_series(1, 5) g`, [orgIds])
-  await db.query(`
-    INSERT INTO emails (org_id, recipient, from_address, subject, size_bytes, auth, event_type, status, received_at)
-    SELECT o, 'inbox@agents.localhost', 'sender' || g || '@bench.example', 'bench subject ' || g, 2048,
-           '{"spf":"none","dkim":"none","dmarc":"none"}',
-           'email.received', 'accepted', now() - g * interval '1 minute'
-    FROM unnest($1::uuid[]) o, generate_series(1, 60) g`, [orgIds])
-  await db.query(`
-    INSERT INTO deliveries (org_id, endpoint_id, event_id, event_type, payload, status, attempt_count,
-                            email_sender, email_recipient, email_subject, created_at, updated_at)
-    SELECT e.org_id, e.id, 'evt_seed_' || g, 'email.received', '{}',
-           CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'delivered' END, 1,
-           'sender@bench.example', 'inbox@agents.localhost', 'bench subject ' || g,
-           now() - g * interval '1 minute', now() - g * interval '1 minute'
-    FROM endpoints e, generate_series(1, 60) g WHERE e.org_id = ANY($1::uuid[])`, [orgIds])
-}
-
 /** ONE organization with `count` deliveries over 30 days; pending ones are due far ahead (no worker takes them). */
 const seedDeliveries = async (db: pg.Client, orgId: string, count: number) => {
   const endpoint = (await db.query<{ id: string }>(`SELECT id FROM endpoints WHERE org_id = $1 LIMIT 1`, [orgId])).rows[0]!.id
@@ -278,7 +255,7 @@ const main = async () => {
   try {
     const orgs = await provision(s.env, ORGS)
     await db.connect()
-    await seedSmall(db, orgs.map((o) => o.id))
+    await seedApiData(db, orgs.map((o) => o.id))
     svc = await startService(s.env)
     const service = svc
     const base = svc.baseUrl

@@ -234,3 +234,27 @@ export const message = (i: number, from: string, to: string, bodyBytes = 10 * 10
     body
   ].join("\r\n")
 }
+
+/** Per organization: an endpoint, 5 filters, 60 emails and 60 deliveries (the API benchmarks' data). */
+export const seedApiData = async (db: pg.Client, orgIds: ReadonlyArray<string>) => {
+  await db.query(`
+    INSERT INTO endpoints (org_id, kind, url, enabled)
+    SELECT o, 'http', 'http://127.0.0.1:9/hook', true FROM unnest($1::uuid[]) o`, [orgIds])
+  await db.query(`
+    INSERT INTO filters (org_id, type, pattern, enabled)
+    SELECT o, 'blocklist', 'seed' || g || '@bench.example', true FROM unnest($1::uuid[]) o, generate_series(1, 5) g`, [orgIds])
+  await db.query(`
+    INSERT INTO emails (org_id, recipient, from_address, subject, size_bytes, auth, event_type, status, received_at)
+    SELECT o, 'inbox@agents.localhost', 'sender' || g || '@bench.example', 'bench subject ' || g, 2048,
+           '{"spf":"none","dkim":"none","dmarc":"none"}',
+           'email.received', 'accepted', now() - g * interval '1 minute'
+    FROM unnest($1::uuid[]) o, generate_series(1, 60) g`, [orgIds])
+  await db.query(`
+    INSERT INTO deliveries (org_id, endpoint_id, event_id, event_type, payload, status, attempt_count,
+                            email_sender, email_recipient, email_subject, created_at, updated_at)
+    SELECT e.org_id, e.id, 'evt_seed_' || g, 'email.received', '{}',
+           CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'delivered' END, 1,
+           'sender@bench.example', 'inbox@agents.localhost', 'bench subject ' || g,
+           now() - g * interval '1 minute', now() - g * interval '1 minute'
+    FROM endpoints e, generate_series(1, 60) g WHERE e.org_id = ANY($1::uuid[])`, [orgIds])
+}

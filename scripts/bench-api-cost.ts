@@ -7,8 +7,7 @@
  *   DATABASE_URL=postgres://… npx tsx scripts/bench-api-cost.ts [--requests 2000] [--only "GET /v1/emails"]
  */
 import http from "node:http"
-import pg from "pg"
-import { arg, provision, scratch, seedApiData, type Service, startService } from "./bench-support.js"
+import { arg, startApiBench } from "./bench-support.js"
 
 const REQUESTS = arg("requests", 2000)
 /** `--only <text>`: only the shapes whose name contains it (for profiling one of them). */
@@ -54,15 +53,8 @@ const SHAPES: ReadonlyArray<Shape> = [
 ]
 
 const main = async () => {
-  const s = await scratch("apicost")
-  let svc: Service | undefined
-  const db = new pg.Client({ connectionString: s.adminUrl })
+  const { orgs, db, service, close } = await startApiBench("apicost", ORGS)
   try {
-    const orgs = await provision(s.env, ORGS)
-    await db.connect()
-    await seedApiData(db, orgs.map((o) => o.id))
-    svc = await startService(s.env)
-    const service = svc
     let seq = 0
     const run = async (shape: Shape, count: number) => {
       let next = 0
@@ -93,9 +85,7 @@ const main = async () => {
       console.log(`${shape.name.padEnd(46)}${(cpu / REQUESTS).toFixed(2).padStart(9)}${(REQUESTS / secs).toFixed(0).padStart(9)}   ${[...statuses].map(([k, v]) => `${k}×${v}`).join(" ")}`)
     }
   } finally {
-    await db.end().catch(() => undefined)
-    await svc?.stop()
-    await s.cleanup()
+    await close()
     agent.destroy()
   }
 }

@@ -22,7 +22,7 @@
 import http from "node:http"
 import pg from "pg"
 import { encodeCursor } from "../src/contract/Paging.js"
-import { arg, percentile, provision, scratch, seedApiData, type Service, startService } from "./bench-support.js"
+import { arg, percentile, type Service, startApiBench } from "./bench-support.js"
 
 const RATE = arg("rate", 500)
 const SECONDS = arg("seconds", 20)
@@ -213,7 +213,6 @@ const watchRss = async <A>(svc: Service, during: () => Promise<A>) => {
   }
 }
 
-/** Seeds the per-organization rows the reads list (so pages carry real items). */
 /** ONE organization with `count` deliveries over 30 days; pending ones are due far ahead (no worker takes them). */
 const seedDeliveries = async (db: pg.Client, orgId: string, count: number) => {
   const endpoint = (await db.query<{ id: string }>(`SELECT id FROM endpoints WHERE org_id = $1 LIMIT 1`, [orgId])).rows[0]!.id
@@ -249,16 +248,9 @@ const main = async () => {
   }, HARD_LIMIT_MS)
   hard.unref()
 
-  const s = await scratch("apimix")
-  let svc: Service | undefined
-  const db = new pg.Client({ connectionString: s.adminUrl })
+  const { orgs, db, service, close } = await startApiBench("apimix", ORGS)
   try {
-    const orgs = await provision(s.env, ORGS)
-    await db.connect()
-    await seedApiData(db, orgs.map((o) => o.id))
-    svc = await startService(s.env)
-    const service = svc
-    const base = svc.baseUrl
+    const base = service.baseUrl
     const states: Array<OrgState> = orgs.map((o) => ({ key: o.apiKey, seq: 0, done: [] }))
 
     // Warm-up at the full rate (JIT, pools, sockets), then forget its rate-limit hits.
@@ -354,10 +346,8 @@ const main = async () => {
       console.log(`ratio to target: list p99 ${(listAll.p99 / TARGET.listP99).toFixed(2)} (≤ 1 meets the target)`)
     }
   } finally {
-    await db.end().catch(() => undefined)
-    if (svc !== undefined) await svc.stop()
     agent.destroy()
-    await s.cleanup()
+    await close()
   }
 }
 

@@ -258,3 +258,29 @@ export const seedApiData = async (db: pg.Client, orgIds: ReadonlyArray<string>) 
            now() - g * interval '1 minute', now() - g * interval '1 minute'
     FROM endpoints e, generate_series(1, 60) g WHERE e.org_id = ANY($1::uuid[])`, [orgIds])
 }
+
+/**
+ * The API benchmarks' set-up: a scratch database with `orgCount` organizations and their seeded
+ * data (`seedApiData`), an admin connection to it, and the service started on it. `close` stops and
+ * drops everything, also after a failed set-up.
+ */
+export const startApiBench = async (label: string, orgCount: number) => {
+  const s = await scratch(label)
+  const db = new pg.Client({ connectionString: s.adminUrl })
+  let service: Service | undefined
+  const close = async () => {
+    await db.end().catch(() => undefined)
+    if (service !== undefined) await service.stop()
+    await s.cleanup()
+  }
+  try {
+    const orgs = await provision(s.env, orgCount)
+    await db.connect()
+    await seedApiData(db, orgs.map((o) => o.id))
+    service = await startService(s.env)
+    return { orgs, db, service, close }
+  } catch (e) {
+    await close()
+    throw e
+  }
+}

@@ -1,4 +1,4 @@
-/** Worker-thread entry of AnalyzePool: any number of messages at once, each answered with its Analysis by id. */
+/** Worker-thread entry of AnalyzePool: several messages in flight at once, each answered with its Analysis by id. */
 import { parentPort } from "node:worker_threads"
 import { analyze } from "./Analyze.js"
 import type { AuthCheckOptions } from "./Authenticity.js"

@@ -10,7 +10,7 @@ CREATE UNLOGGED TABLE rate_limit_windows (
   updated_at timestamptz NOT NULL DEFAULT now()
 );
 
--- Idempotency records for POST requests (CONTRACT.md "Idempotency").
+-- Idempotency records for POST requests.
 -- status IS NULL while the first request is still running (locked_until bounds a crashed run).
 CREATE TABLE idempotency_keys (
   scope text NOT NULL,

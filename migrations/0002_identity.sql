@@ -6,7 +6,7 @@ CREATE TABLE organizations (
   name text,
   plan text NOT NULL CHECK (plan IN ('agent', 'developer', 'pro')),
   managed_inbox_address text UNIQUE,
-  -- Account settings (SPEC.md Account)
+  -- Account settings
   spam_threshold numeric CHECK (spam_threshold >= 0 AND spam_threshold <= 15),
   discard_content_on_webhook_confirmed boolean NOT NULL DEFAULT false,
   webhook_secret text,

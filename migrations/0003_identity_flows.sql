@@ -1,4 +1,4 @@
--- Sign-up, claim, device login and token rotation (CONTRACT.md "Sign-up, claim and login").
+-- Sign-up, claim, device login and token rotation.
 -- Every secret (tokens, codes, user codes, cookies) is stored only as a SHA-256 hash.
 
 -- Reserved sign-up codes, created by an operator (`npm run admin -- create-signup-code`).

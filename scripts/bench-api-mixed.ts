@@ -1,5 +1,5 @@
 /**
- * Mixed API load on PostgreSQL (issue 7), in one run:
+ * Mixed API load on PostgreSQL, against the API latency targets, in one run:
  *   1. an OPEN-loop schedule of `--rate` requests/s for `--seconds` across `--orgs` organizations:
  *      70% reads (account, endpoints, filters, deliveries, emails, domains, routes) and 30% POSTs
  *      with an Idempotency-Key (new filters and disabled endpoints with fresh keys, plus replays of
@@ -8,6 +8,12 @@
  *      instead of being hidden by a client that waits (coordinated omission).
  *   2. GET /v1/webhooks/deliveries against `--deliveries` rows seeded in ONE organization: first
  *      page, filtered pages (status, email_id, a one-day date window) and a deep cursor page.
+ *   3. with `--overload <rate>` (e.g. 1000, beyond capacity): the same mix at that rate for
+ *      `--overload-seconds`, then back to `--rate` for `--recovery-seconds`. The service sheds what it
+ *      cannot take (503 `service_unavailable` + Retry-After, MAX_INFLIGHT_REQUESTS); printed: requests
+ *      slower than 2 s (target 0), shed and failed counts, and the recovery time: from the moment the
+ *      rate returns to the end of the first 1-s window after which every 1-s window (by scheduled
+ *      start) has p99 ≤ 50 ms (target ≤ 5 s).
  * Target figures: p50 ≤ 10 ms and p99 ≤ 50 ms for the mix, p99 ≤ 50 ms for the list, RSS ≤ 512 MB.
  *
  * Organizations and per-org data (endpoints, filters, deliveries, emails) are seeded in SQL before
@@ -18,6 +24,8 @@
  *
  *   DATABASE_URL=postgres://… npx tsx scripts/bench-api-mixed.ts
  *     [--rate 500] [--seconds 20] [--orgs 100] [--warmup 3] [--deliveries 1000000] [--list-requests 300]
+ *     [--overload 0] [--overload-seconds 10] [--recovery-seconds 15]
+ * (With --overload, use enough organizations that no window fills: e.g. --orgs 250.)
  */
 import http from "node:http"
 import pg from "pg"
@@ -30,6 +38,9 @@ const ORGS = arg("orgs", 100)
 const WARMUP = arg("warmup", 3)
 const DELIVERIES = arg("deliveries", 1_000_000)
 const LIST_REQUESTS = arg("list-requests", 300)
+const OVERLOAD = arg("overload", 0)
+const OVERLOAD_SECONDS = arg("overload-seconds", 10)
+const RECOVERY_SECONDS = arg("recovery-seconds", 15)
 const HARD_LIMIT_MS = 600_000
 
 const TARGET = { p50: 10, p99: 50, listP99: 50, rssMb: 512 }
@@ -142,6 +153,9 @@ const nextOp = (i: number, org: OrgState, run: string): Op => {
 }
 
 interface Sample {
+  /** Scheduled start, ms after the schedule's t0. */
+  readonly at: number
+  readonly status: number
   readonly cls: string
   readonly latency: number
   readonly ok: boolean
@@ -150,8 +164,20 @@ interface Sample {
 }
 
 /** Runs the open-loop schedule; returns one sample per request. */
-const openLoop = async (base: string, orgs: ReadonlyArray<OrgState>, rate: number, seconds: number, run: string) => {
-  const total = Math.round(rate * seconds)
+const openLoop = (base: string, orgs: ReadonlyArray<OrgState>, rate: number, seconds: number, run: string) =>
+  phasedLoop(base, orgs, [{ rate, seconds }], run)
+
+/** Phases run back to back: request i of a phase starts at the phase's start + i/rate. */
+const phasedLoop = async (base: string, orgs: ReadonlyArray<OrgState>, phases: ReadonlyArray<{ rate: number; seconds: number }>, run: string) => {
+  const starts: Array<number> = []
+  const offsets: Array<number> = []
+  let acc = 0
+  for (const p of phases) {
+    for (let k = 0; k < Math.round(p.rate * p.seconds); k++) offsets.push(acc + (k * 1000) / p.rate)
+    starts.push(acc)
+    acc += p.seconds * 1000
+  }
+  const total = offsets.length
   const samples: Array<Sample> = []
   const inflight: Array<Promise<void>> = []
   const t0 = performance.now() + 50
@@ -159,9 +185,10 @@ const openLoop = async (base: string, orgs: ReadonlyArray<OrgState>, rate: numbe
   let maxLag = 0
   while (next < total) {
     const now = performance.now()
-    while (next < total && t0 + (next * 1000) / rate <= now) {
+    while (next < total && t0 + offsets[next]! <= now) {
       const i = next++
-      const scheduled = t0 + (i * 1000) / rate
+      const scheduled = t0 + offsets[i]!
+      const at = offsets[i]!
       maxLag = Math.max(maxLag, now - scheduled)
       const org = orgs[i % orgs.length]!
       const op = nextOp(i, org, run)
@@ -175,10 +202,10 @@ const openLoop = async (base: string, orgs: ReadonlyArray<OrgState>, rate: numbe
               org.done.push({ key: op.key, path: op.path, body: op.body })
             }
             const label = ok ? "" : `${op.cls} → ${a.status} ${a.code ?? (op.expectReplay ? "not replayed" : "")}`
-            samples.push({ cls: op.cls, latency: performance.now() - scheduled, ok, label, body: ok ? "" : a.body.slice(0, 300) })
+            samples.push({ at, status: a.status, cls: op.cls, latency: performance.now() - scheduled, ok, label, body: ok ? "" : a.body.slice(0, 300) })
           },
           (e: unknown) => {
-            samples.push({ cls: op.cls, latency: performance.now() - scheduled, ok: false, label: `${op.cls} → ${String(e)}`, body: "" })
+            samples.push({ at, status: 0, cls: op.cls, latency: performance.now() - scheduled, ok: false, label: `${op.cls} → ${String(e)}`, body: "" })
           }
         )
       )
@@ -186,7 +213,45 @@ const openLoop = async (base: string, orgs: ReadonlyArray<OrgState>, rate: numbe
     await new Promise((r) => setTimeout(r, 1))
   }
   await Promise.all(inflight)
-  return { samples, elapsed: (performance.now() - t0) / 1000, maxLag }
+  return { samples, elapsed: (performance.now() - t0) / 1000, maxLag, starts }
+}
+
+/** Part 3: overload, then the ordinary rate again; how the service holds and how fast it recovers. */
+const overload = async (base: string, db: pg.Client, states: ReadonlyArray<OrgState>) => {
+  await db.query(`DELETE FROM rate_limit_windows`)
+  const { samples, starts } = await phasedLoop(
+    base,
+    states,
+    [{ rate: OVERLOAD, seconds: OVERLOAD_SECONDS }, { rate: RATE, seconds: RECOVERY_SECONDS }],
+    "o"
+  )
+  const back = starts[1]!
+  const during = samples.filter((x) => x.at < back)
+  const after = samples.filter((x) => x.at >= back)
+  const shed = (xs: ReadonlyArray<Sample>) => xs.filter((x) => x.status === 503).length
+  const failed = (xs: ReadonlyArray<Sample>) => xs.filter((x) => !x.ok && x.status !== 503).length
+  const slow = samples.filter((x) => x.latency > 2000).length
+  console.log(`\noverload: ${OVERLOAD} req/s for ${OVERLOAD_SECONDS} s, then ${RATE} req/s for ${RECOVERY_SECONDS} s`)
+  console.log("phase                                 count   p50 ms    p99 ms    max ms   shed 503   other errors")
+  for (const [name, xs] of [[`at ${OVERLOAD} req/s`, during], [`back at ${RATE} req/s`, after]] as const) {
+    const served = xs.filter((x) => x.status !== 503).map((x) => x.latency)
+    console.log(`${row(summarize(`${name} (answered, not shed)`, served))} ${String(shed(xs)).padStart(10)} ${String(failed(xs)).padStart(14)}`)
+  }
+  // 1-s windows by scheduled start after the rate returns; recovered at the end of the first
+  // window from which every later window has p99 ≤ the target.
+  const windows: Array<number> = []
+  for (let w = 0; w < RECOVERY_SECONDS; w++) {
+    const lat = after.filter((x) => x.at >= back + w * 1000 && x.at < back + (w + 1) * 1000).map((x) => x.latency)
+    windows.push(summarize("", lat).p99)
+  }
+  let from = windows.length
+  while (from > 0 && windows[from - 1]! <= TARGET.p99) from--
+  console.log(`p99 per second after the rate returns (ms): ${windows.map((p) => p.toFixed(0)).join(" ")}`)
+  console.log(`requests slower than 2 s: ${slow} (target 0); ` +
+    (from < windows.length ? `recovered to p99 ≤ ${TARGET.p99} ms ${from === 0 ? "within the first second" : `after ${from} s`} (target ≤ 5 s)` : "not recovered within the run"))
+  const errs = new Map<string, number>()
+  for (const x of samples) if (!x.ok && x.status !== 503) errs.set(x.label, (errs.get(x.label) ?? 0) + 1)
+  for (const [label, n] of errs) console.log(`  ${String(n).padStart(6)}  ${label}`)
 }
 
 const summarize = (label: string, latencies: Array<number>) => {
@@ -291,6 +356,8 @@ const main = async () => {
     console.log(`service RSS: max sampled ${rssMb.toFixed(0)} MB, VmHWM ${hwmMb.toFixed(0)} MB`)
     console.log(`ratios to targets: p50 ${(overall.p50 / TARGET.p50).toFixed(2)}, p99 ${(overall.p99 / TARGET.p99).toFixed(2)}, ` +
       `RSS ${(hwmMb / TARGET.rssMb).toFixed(2)} (≤ 1 meets the target)`)
+
+    if (OVERLOAD > 0) await overload(base, db, states)
 
     // Part 2: one organization with DELIVERIES rows.
     if (DELIVERIES > 0) {

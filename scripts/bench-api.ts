@@ -1,15 +1,19 @@
 /**
  * API benchmark: throughput and p50/p99 latency, in one run, of
  *   1. a bare node:http server answering a small JSON body (the ceiling of this machine),
- *   2. the service's /v1/health (HTTP stack + envelope, no auth, no limiter, one trivial query),
- *   3. GET /v1/account with an API key (auth lookup + PostgreSQL rate limit + one query),
+ *   2. a bare Effect HttpApi hello-world (scripts/bench-hello.ts, bundled like the service): the
+ *      ceiling of the framework the service is built on, the reference of the targets,
+ *   3. the service's /v1/health (HTTP stack + envelope, no auth, no limiter, one trivial query),
+ *   4. GET /v1/account with an API key (auth lookup + PostgreSQL rate limit + one query),
  * each server in a child process, the load from this process over keep-alive connections.
  * Uses DATABASE_URL when set (a scratch database is created on that server), else embedded PGlite.
  * Requests are spread over many organizations so the 120/min limiter never refuses one.
  *
- *   npx tsx scripts/bench-api.ts [--seconds 5] [--concurrency 32]
+ *   npx tsx scripts/bench-api.ts [--seconds 5] [--concurrency 50]
  */
 import { builtService } from "./bench-support.js"
+import { build } from "esbuild"
+import { fileURLToPath } from "node:url"
 import { Effect, Layer } from "effect"
 import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -26,7 +30,7 @@ const arg = (name: string, fallback: number) => {
   return i > 0 ? Number(process.argv[i + 1]) : fallback
 }
 const SECONDS = arg("seconds", 5)
-const CONCURRENCY = arg("concurrency", 32)
+const CONCURRENCY = arg("concurrency", 50)
 const ORGS = 400
 
 interface Result {
@@ -126,17 +130,32 @@ const main = async () => {
       s.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(b) }); s.end(b) })
       .listen(${barePort}, "127.0.0.1")`], { stdio: "ignore" })
 
+  const root = fileURLToPath(new URL("../", import.meta.url))
+  await build({
+    absWorkingDir: root, bundle: true, platform: "node", target: "node20", packages: "external", logLevel: "warning",
+    entryPoints: ["scripts/bench-hello.ts"], format: "esm", outfile: "dist/bench/hello.mjs"
+  })
+  const helloPort = await freePort()
+  const helloChild = spawn(process.execPath, [`${root}dist/bench/hello.mjs`], {
+    env: { ...process.env, PORT: String(helloPort) },
+    stdio: ["ignore", "ignore", "inherit"]
+  })
+
   const port = await freePort()
-  const service = spawn(process.execPath, [builtService()], {
+  // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during the run.
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
+  const service = spawn(process.execPath, [...nodeArgs, builtService()], {
     env: { ...process.env, ...env, PORT: String(port), SMTP_PORT: String(await freePort()) },
     stdio: ["ignore", "ignore", "inherit"]
   })
   try {
     await waitFor(`http://127.0.0.1:${barePort}/`)
+    await waitFor(`http://127.0.0.1:${helloPort}/hello`)
     await waitFor(`http://127.0.0.1:${port}/v1/health`)
     const base = `http://127.0.0.1:${port}`
     const results = [
       await load("bare node:http", `http://127.0.0.1:${barePort}/`, () => ({})),
+      await load("Effect HttpApi hello-world", `http://127.0.0.1:${helloPort}/hello`, () => ({})),
       await load("GET /v1/health", `${base}/v1/health`, () => ({})),
       await load("GET /v1/account (auth+limit+query)", `${base}/v1/account`, (i) => ({
         authorization: `Bearer ${keys[i % keys.length]}`
@@ -150,12 +169,13 @@ const main = async () => {
         `${r.name.padEnd(40)} ${r.rps.toFixed(0).padStart(7)} ${r.p50.toFixed(2).padStart(9)} ${r.p99.toFixed(2).padStart(8)} ${String(r.errors).padStart(8)}`
       )
     }
-    const [b, h, a] = results as [Result, Result, Result]
-    console.log(`\nratios: health/bare throughput ${(h.rps / b.rps).toFixed(2)}, account/health ${(a.rps / h.rps).toFixed(2)}, account/bare ${(a.rps / b.rps).toFixed(2)}`)
-    console.log(`        account p99 / health p99 ${(a.p99 / h.p99).toFixed(2)}, health p99 / bare p99 ${(h.p99 / b.p99).toFixed(2)}`)
+    const [b, e, h, a] = results as [Result, Result, Result, Result]
+    console.log(`\nratios (req/s): account/hello-world ${(a.rps / e.rps).toFixed(2)} (target >= 0.5), health/hello-world ${(h.rps / e.rps).toFixed(2)}, account/health ${(a.rps / h.rps).toFixed(2)}, hello-world/bare ${(e.rps / b.rps).toFixed(2)}`)
+    console.log(`ratios (p50): account/hello-world ${(a.p50 / e.p50).toFixed(2)}, health/hello-world ${(h.p50 / e.p50).toFixed(2)}; (p99): account/hello-world ${(a.p99 / e.p99).toFixed(2)}`)
   } finally {
     service.kill("SIGTERM")
     bareChild.kill("SIGTERM")
+    helloChild.kill("SIGTERM")
     agent.destroy()
     await new Promise((r) => setTimeout(r, 1500))
     if (dbName !== undefined) {

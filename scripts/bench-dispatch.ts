@@ -1,5 +1,5 @@
 /**
- * Delivery dispatch benchmark (issue 7 §2): deliveries enqueued straight into the queue table, a
+ * Delivery dispatch benchmark: deliveries enqueued straight into the queue table, a
  * loopback receiver that answers after 20 ms. Prints enqueue → first-attempt p50/p99 at a steady
  * 100 deliveries/s, then the sustained deliveries/s draining a backlog, and the commits per
  * delivery attempt (pg_stat_database.xact_commit). PostgreSQL only (DATABASE_URL).

@@ -1,5 +1,5 @@
 /**
- * Memory and event-loop benchmark (issue 7): the service as a child process over a scratch PostgreSQL
+ * Memory and event-loop benchmark: the service as a child process over a scratch PostgreSQL
  * database, with MAILROOM_STATS_FILE set (it writes its RSS, heap and event-loop delay every second)
  * and a loopback node:http receiver as the organization's fallback endpoint. In one run:
  *   1. ingest only (no endpoint yet): a steady SMTP load; commits per accepted email;

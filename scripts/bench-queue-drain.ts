@@ -1,5 +1,5 @@
 /**
- * Queue drain benchmark (issue 7 §2): a large backlog of queued deliveries (500k by default, inserted
+ * Queue drain benchmark: a large backlog of queued deliveries (500k by default, inserted
  * with generate_series) drained by the real service (a child process) to a node:http receiver that
  * answers at once. Every 10 s it prints the requests the receiver got and the attempts the ledger
  * recorded in that window, with the table's dead and live tuples and the size of the pending-rows

@@ -1,5 +1,5 @@
 /**
- * SMTP ingest benchmark (issue 7 §1): 10 KB messages over 50 concurrent SMTP sessions, each
+ * SMTP ingest benchmark: 10 KB messages over 50 concurrent SMTP sessions, each
  * answered 250 only after its durable commit. Prints sustained messages/s and the p50/p99 of
  * end-of-DATA → 250, the commits per accepted email (pg_stat_database.xact_commit, PostgreSQL
  * only) and the service's RSS. No endpoint is configured, so this measures ingestion alone.

@@ -4,6 +4,7 @@
  */
 import { HttpApi, OpenApi } from "@effect/platform"
 import { Wire } from "./contract/Errors.js"
+import { VERSION } from "./contract/Version.js"
 import { AccountApi } from "./account/Api.js"
 import { DeliveriesApi } from "./deliveries/Api.js"
 import { DownloadsApi, EmailsApi } from "./emails/Api.js"
@@ -15,6 +16,8 @@ import { FiltersApi } from "./filters/Api.js"
 import { InboxApi } from "./inbox/Api.js"
 import { RoutesApi } from "./routes/Api.js"
 import { ListenApi } from "./listen/Api.js"
+import { FunctionsApi } from "./functions/Api.js"
+import { MemoriesApi } from "./memories/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -66,12 +69,14 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(AuthApi)
   .add(AuthSessionApi)
   .add(ListenApi)
+  .add(FunctionsApi)
+  .add(MemoriesApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)
   .prefix("/v1")
   .annotate(OpenApi.Title, "Mailroom API")
-  .annotate(OpenApi.Version, "1.0.0")
+  .annotate(OpenApi.Version, VERSION)
   .annotate(
     OpenApi.Description,
     "Email infrastructure for AI agents. Every success is `{success:true,data,meta?}`; every error is " +

@@ -1,9 +1,11 @@
 /** Account settings, storage statistics and the webhook secret over real HTTP. */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
-import { LIMITS } from "../src/contract/Plans.js"
+import { ConfigProvider, Effect, Layer } from "effect"
+import pkg from "../package.json" with { type: "json" }
+import { entitlementsOf, LIMITS } from "../src/contract/Plans.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
+import { deriveKey, ServiceKey } from "../src/platform/ServiceKey.js"
 import { call } from "./support/http.js"
 import { testService } from "./support/harness.js"
 
@@ -69,6 +71,55 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("account", (it) => {
         }
         const after = yield* call("GET", "/v1/account", { token })
         expect(after.body.data.plan).toBe("developer")
+      }))
+  })
+
+  describe("plans", () => {
+    it.effect("entitlements and limits agree: an agent lists no webhook entitlement yet may create its one webhook", () =>
+      Effect.gen(function*() {
+        for (const plan of ["agent", "developer", "pro"] as const) {
+          const { token } = yield* newOrg(plan)
+          const a = (yield* call("GET", "/v1/account", { token })).body.data
+          expect([plan, a.entitlements, a.limits]).toEqual([plan, entitlementsOf(plan), LIMITS[plan]])
+        }
+        const agent = yield* newOrg("agent")
+        const account = (yield* call("GET", "/v1/account", { token: agent.token })).body.data
+        expect(account.entitlements).toEqual(["send_mail", "send_to_known_addresses"])
+        expect(account.limits.webhooks_max_global).toBe(1)
+        const first = yield* call("POST", "/v1/endpoints", { token: agent.token, body: { url: "http://127.0.0.1:9/a" } })
+        expect(first.status).toBe(201)
+        const second = yield* call("POST", "/v1/endpoints", { token: agent.token, body: { url: "http://127.0.0.1:9/b" } })
+        // The one organization-wide slot is taken: a second is refused, as on developer.
+        expect(second.status).toBe(409)
+      }))
+
+    it.effect("the health probe and the OpenAPI document report package.json's version", () =>
+      Effect.gen(function*() {
+        const health = yield* call("GET", "/v1/health")
+        const spec = yield* call("GET", "/v1/openapi.json")
+        expect([health.body.data.version, spec.body.info.version]).toEqual([pkg.version, pkg.version])
+      }))
+  })
+
+  describe("service key", () => {
+    it.effect("is made once in the database and shared; MAILROOM_SECRET_KEY replaces it; a bad one stops the start", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const derive = Effect.flatMap(ServiceKey, (k) => k.derive("test/purpose")).pipe(Effect.provide(ServiceKey.Default))
+        const a = yield* derive
+        const b = yield* derive
+        const rows = yield* sql<{ key: Uint8Array }>`SELECT key FROM service_keys`
+        expect(rows).toHaveLength(1)
+        expect(a.equals(b)).toBe(true)
+        expect(a.equals(deriveKey(rows[0]!.key, "test/purpose"))).toBe(true)
+        const master = Buffer.alloc(32, 9)
+        const withEnv = (value: string) =>
+          derive.pipe(Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["MAILROOM_SECRET_KEY", value]]))))
+        expect((yield* withEnv(master.toString("hex"))).equals(deriveKey(master, "test/purpose"))).toBe(true)
+        expect((yield* withEnv(master.toString("base64"))).equals(deriveKey(master, "test/purpose"))).toBe(true)
+        const short = yield* Effect.exit(withEnv("abcd"))
+        expect(short._tag).toBe("Failure")
+        expect(JSON.stringify(short)).toContain("at least 32 bytes")
       }))
   })
 

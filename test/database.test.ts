@@ -12,7 +12,7 @@ import { appConfig } from "../src/platform/Config.js"
 import { execFile } from "node:child_process"
 import { readdirSync } from "node:fs"
 import { MIGRATIONS_DIR, migrate } from "../src/platform/Database.js"
-import { DeliveryServicesLive, HttpLive, PlatformServicesLive, loggerLayer } from "../src/platform/Server.js"
+import { DeliveryServicesLive, HttpLive, PlatformServicesLive, loggerLayer } from "../src/Server.js"
 import { freePort, scratchDatabase, tempDir, testConfigLayer } from "./support/harness.js"
 import { fetchReply } from "./support/http.js"
 

@@ -12,7 +12,7 @@ describe("error table", () => {
     expect(new Set(codes).size).toBe(codes.length)
   })
 
-  it("covers every code of SPEC.md and CONTRACT.md with its status", () => {
+  it("covers every documented error code with its status", () => {
     const expected: Record<string, number> = {
       unauthorized: 401, download_token_expired: 401, download_token_invalid: 401, forbidden: 403,
       not_found: 404, validation_error: 400, mx_conflict: 409, conflict: 409, rate_limited: 429,
@@ -22,7 +22,8 @@ describe("error table", () => {
       outbound_relay_failed: 502, outbound_response_malformed: 502, outbound_key_invalid: 500,
       feature_disabled: 403, no_payout_address: 422, payment_declined: 422, payment_verification_failed: 422,
       settlement_failed: 502, challenge_expired: 422, authorization_pending: 400, slow_down: 400,
-      expired_token: 400, invalid_grant: 400, access_denied: 403, claim_expired: 410, service_unavailable: 503
+      expired_token: 400, invalid_grant: 400, access_denied: 403, claim_expired: 410, service_unavailable: 503,
+      method_not_allowed: 405, unsupported_media_type: 415
     }
     const actual = Object.fromEntries(tags.map((t) => [ErrorTable[t].code, ErrorTable[t].status]))
     expect(actual).toEqual(expected)

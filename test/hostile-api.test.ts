@@ -1,12 +1,14 @@
 /**
- * Property-based hostile input for every POST and PATCH operation of the API: bodies generated from
- * the operation's own request schema (`Arbitrary.make`), then mutated (wrong types, missing and
- * extra keys, huge and odd unicode strings, nulls, deep nesting, non-JSON). Whatever arrives, the
+ * Property-based hostile input for every operation of the API: bodies of every POST and PATCH
+ * generated from the operation's own request schema (`Arbitrary.make`), then mutated (wrong types,
+ * missing and extra keys, huge and odd unicode strings, nulls, NUL characters in every string,
+ * dates outside PostgreSQL's range, 100,000-deep nesting, non-JSON); and the query and path
+ * parameters of every operation, each given the same classes of values. Whatever arrives, the
  * answer is never a 5xx and is always an envelope: `{data: …}` on success or `{error: {code, message}}`.
  */
 import { HttpApi } from "@effect/platform"
 import { describe, expect, layer } from "@effect/vitest"
-import { Arbitrary, Cause, Effect, Either, Exit, FastCheck as fc, Layer, Schema } from "effect"
+import { Arbitrary, Cause, Effect, Either, Exit, FastCheck as fc, Layer, Option, Schema, SchemaAST } from "effect"
 import { MailroomApi } from "../src/Api.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { MAX_BODY_BYTES } from "../src/platform/RequestPipeline.js"
@@ -51,6 +53,17 @@ const operations = (): Array<Operation> => {
   return out
 }
 
+/** Dates PostgreSQL cannot hold (and one JavaScript cannot), as filters and bodies would carry them. */
+const OUT_OF_RANGE_DATES = ["-010000-01-01T00:00:00Z", "-271821-04-20T00:00:00Z", "+275760-09-14T00:00:00Z", "0000-00-00"]
+
+/** A cursor of the lists' own shape whose position is outside PostgreSQL's range. */
+const outOfRangeCursor = Buffer.from(
+  JSON.stringify(["-010000-01-01T00:00:00.000Z", "00000000-0000-4000-8000-000000000000"]),
+  "utf8"
+).toString("base64url")
+
+const DEEP = 100_000
+
 const hostileString = fc.oneof(
   fc.string(),
   fc.string({ unit: "grapheme", maxLength: 50 }),
@@ -58,9 +71,20 @@ const hostileString = fc.oneof(
   fc.constantFrom(
     "\u0000", "\ud800", "\u202e\u0041", "🦄".repeat(1000), "a".repeat(200_000), "' OR 1=1 --", "${jndi:x}",
     "../../etc/passwd", "%00", "<script>alert(1)</script>", "\r\nX-Injected: 1", "null", "0", "-1", "1e309",
-    "https://127.0.0.1/", "*", "@", "*.", "a@b@c", " "
+    "https://127.0.0.1/", "*", "@", "*.", "a@b@c", " ", "a\u0000b", "\u0000@example.com",
+    ...OUT_OF_RANGE_DATES, outOfRangeCursor
   )
 )
+
+/** Every string (and key) of a value with a NUL inserted: the class that used to reach SQL. */
+const withNul = (value: unknown): unknown => {
+  if (typeof value === "string") return `${value.slice(0, 1)}\u0000${value.slice(1)}`
+  if (Array.isArray(value)) return value.map(withNul)
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, withNul(v)]))
+  }
+  return value
+}
 
 const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
   hostileString,
@@ -82,18 +106,70 @@ const mutate = (valid: unknown): fc.Arbitrary<unknown> => {
     keys.length > 0 ? fc.constantFrom(...keys).map((k) => Object.fromEntries(Object.entries(obj).filter(([x]) => x !== k))) : fc.constant({}),
     fc.tuple(hostileString, hostileValue).map(([k, v]) => ({ ...obj, [k]: v })),
     fc.constant({ ...obj, __proto__: { admin: true }, constructor: { prototype: { x: 1 } } }),
+    fc.constant(withNul(obj)),
+    keys.length > 0
+      ? fc.tuple(fc.constantFrom(...keys), fc.constantFrom(...OUT_OF_RANGE_DATES)).map(([k, v]) => ({ ...obj, [k]: v }))
+      : hostileValue,
     hostileValue
   )
 }
 
 /** Non-JSON and broken bodies, sent verbatim. */
-const rawBody = fc.constantFrom("", "{", "{\"a\":", "null", "[]", "\"x\"", "{\"a\":1,\"a\":2}", "\u0000", "x".repeat(2_000_000), "{}".repeat(10))
+const rawBody = fc.constantFrom(
+  "", "{", "{\"a\":", "null", "[]", "\"x\"", "{\"a\":1,\"a\":2}", "\u0000", "x".repeat(2_000_000), "{}".repeat(10),
+  "\"\\u0000\"", "[".repeat(DEEP) + "]".repeat(DEEP), "{\"a\":".repeat(DEEP) + "1" + "}".repeat(DEEP)
+)
 
-const pathFor = (template: string, id: string) => template.replace(/:[A-Za-z_]+/g, () => encodeURIComponent(id))
+/** Percent-encodes a value; a lone surrogate (which cannot be encoded) is sent as U+FFFD. */
+const encodeSegment = (value: string) => {
+  try {
+    return encodeURIComponent(value)
+  } catch {
+    return encodeURIComponent(value.replace(/[\ud800-\udfff]/g, "\ufffd"))
+  }
+}
+
+const pathFor = (template: string, id: string) => template.replace(/:[A-Za-z_]+/g, () => encodeSegment(id))
 
 const idArb = fc.oneof(
   fc.uuid(),
-  fc.constantFrom("not-a-uuid", "00000000-0000-0000-0000-000000000000", "..", "%2e%2e", "a".repeat(5000), "💥", "1 OR 1=1")
+  fc.constantFrom(
+    "not-a-uuid", "00000000-0000-0000-0000-000000000000", "..", "%2e%2e", "a".repeat(5000), "💥", "1 OR 1=1",
+    "\u0000", "a\u0000b", ...OUT_OF_RANGE_DATES
+  )
+)
+
+interface ParamOperation {
+  readonly method: string
+  readonly path: string
+  readonly query: ReadonlyArray<string>
+}
+
+/** The names a request part's schema declares (its encoded side: what travels in the URL). */
+const fieldNames = (schema: Option.Option<{ readonly ast: SchemaAST.AST }>): Array<string> => {
+  if (Option.isNone(schema)) return []
+  let ast = SchemaAST.encodedAST(schema.value.ast)
+  while (ast._tag === "Refinement" || ast._tag === "Transformation") ast = ast.from
+  return ast._tag === "TypeLiteral" ? ast.propertySignatures.map((p) => String(p.name)) : []
+}
+
+/** Every operation (any method) with the names of its query parameters. */
+const paramOperations = (): Array<ParamOperation> => {
+  const out: Array<ParamOperation> = []
+  HttpApi.reflect(MailroomApi, {
+    onGroup: () => {},
+    onEndpoint: ({ endpoint }) => {
+      out.push({ method: endpoint.method, path: endpoint.path, query: fieldNames(endpoint.urlParamsSchema) })
+    }
+  })
+  return out
+}
+
+/** Query and path values of every hostile class. */
+const paramValue = fc.oneof(
+  { weight: 3, arbitrary: fc.constantFrom("\u0000", "a\u0000b", ...OUT_OF_RANGE_DATES, outOfRangeCursor) },
+  { weight: 2, arbitrary: hostileString },
+  { weight: 1, arbitrary: fc.constantFrom("[".repeat(500), "{\"a\":".repeat(300), "-1", "0", "101", "1e309", "true") }
 )
 
 const isEnvelope = (status: number, body: unknown, text: string) => {
@@ -116,6 +192,8 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
         const seed = Number(process.env.HOSTILE_SEED ?? Math.floor(Math.random() * 2 ** 31))
         const failures: Array<string> = []
         let requests = 0
+        let previous = ""
+        let transportRetries = 0
         let withSchema = 0
         const statuses = new Map<number, number>()
         for (const op of ops) {
@@ -135,30 +213,91 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
             if (requests % 60 === 0) clock.advance(3_700_000)
             requests++
             const path = pathFor(op.path, id)
-            const exit = yield* Effect.exit(call(op.method, path, {
+            const send = call(op.method, path, {
               ...("raw" in body ? { raw: body.raw } : { body: body.json }),
               ...(withToken ? { token: apiKey } : {}),
               headers: { "idempotency-key": `fuzz-${requests}` }
-            }))
+            })
+            let exit = yield* Effect.exit(send)
+            if (Exit.isFailure(exit)) {
+              // A reused keep-alive connection occasionally fails under heavy machine load (open
+              // defect, see docs/testing.md): the same request once more on a fresh connection must
+              // then be answered with an envelope; a second failure is a failure.
+              transportRetries++
+              exit = yield* Effect.exit(send)
+            }
             if (Exit.isFailure(exit)) {
               // Only an over-limit body may be cut off (answered and closed before it was all sent).
               const size = "raw" in body ? body.raw.length : (JSON.stringify(body.json) ?? "").length
               if (size <= MAX_BODY_BYTES) {
                 const cause = String(Cause.squash(exit.cause)).slice(0, 300)
                 const sent = JSON.stringify("raw" in body ? body.raw : body.json).slice(0, 400)
-                failures.push(`${op.method} ${path}: connection failed for a ${size}-byte body ${sent}: ${cause}`)
+                failures.push(`${op.method} ${path}: connection failed for a ${size}-byte body ${sent}: ${cause} (after ${previous})`)
               }
               continue
             }
             const reply = exit.value
+            previous = `${op.method} ${path.slice(0, 80)} ${("raw" in body ? body.raw : JSON.stringify(body.json) ?? "").slice(0, 60)} → ${reply.status} ${reply.headers.get("connection")}`
             statuses.set(reply.status, (statuses.get(reply.status) ?? 0) + 1)
             if (reply.status >= 500 || !isEnvelope(reply.status, reply.body, reply.text)) {
               failures.push(`${op.method} ${path} ${JSON.stringify("raw" in body ? body.raw : body.json).slice(0, 300)} → ${reply.status} ${reply.text.slice(0, 300)}`)
             }
           }
         }
-        console.log(`hostile API (seed ${seed}): ${ops.length} operations (${withSchema} with a body schema), ${requests} requests, ${failures.length} failures; statuses ${JSON.stringify(Object.fromEntries(statuses))}`)
+        console.log(`hostile API (seed ${seed}): ${ops.length} operations (${withSchema} with a body schema), ${requests} requests, ${failures.length} failures, ${transportRetries} connection failures answered on retry; statuses ${JSON.stringify(Object.fromEntries(statuses))}`)
         if (failures.length > 0) console.log(`hostile API failures:\n${failures.join("\n")}`)
+        expect(failures).toEqual([])
+      }), { timeout: 300_000 })
+  })
+
+  describe("every operation's query and path parameters", () => {
+    it.effect("never answer 5xx for NUL, out-of-range dates and cursors, deep or odd values", () =>
+      Effect.gen(function*() {
+        const ops = paramOperations()
+        const withQuery = ops.filter((o) => o.query.length > 0)
+        expect(withQuery.length).toBeGreaterThanOrEqual(6)
+        expect(ops.filter((o) => o.path.includes(":")).length).toBeGreaterThanOrEqual(15)
+        const provisioning = yield* Provisioning
+        const runs = Number(process.env.HOSTILE_RUNS ?? 12)
+        const seed = Number(process.env.HOSTILE_SEED ?? Math.floor(Math.random() * 2 ** 31))
+        const org = yield* provisioning.createOrganization({ name: "Fuzz params", plan: "pro" })
+        const { apiKey } = yield* provisioning.issueApiKey(org.id)
+        const failures: Array<string> = []
+        let requests = 0
+        for (const op of ops) {
+          // Each query parameter on its own with each forced class, then random combinations.
+          const forced = op.query.flatMap((name) =>
+            ["\u0000", OUT_OF_RANGE_DATES[0]!, outOfRangeCursor].map((v) => ({ [name]: v }))
+          )
+          const random = fc.sample(
+            fc.tuple(
+              op.query.length > 0 ? fc.dictionary(fc.constantFrom(...op.query), paramValue, { maxKeys: 3 }) : fc.constant({}),
+              fc.oneof(idArb, paramValue)
+            ),
+            { numRuns: runs, seed: seed + ops.indexOf(op) }
+          )
+          const cases: Array<[Record<string, string>, string]> = [
+            ...forced.map((q): [Record<string, string>, string] => [q, "00000000-0000-4000-8000-000000000000"]),
+            ...random
+          ]
+          for (const [query, id] of cases) {
+            if (requests % 60 === 0) clock.advance(3_700_000)
+            requests++
+            const search = Object.entries(query).map(([k, v]) => `${encodeSegment(k)}=${encodeSegment(v)}`).join("&")
+            const path = `${pathFor(op.path, id)}${search === "" ? "" : `?${search}`}`
+            const reply = yield* call(op.method, path, {
+              token: apiKey,
+              ...(op.method === "POST" || op.method === "PATCH" ? { body: {} } : {})
+            })
+            // Node refuses a request head over 16 KB itself (431, no body) before the service sees it.
+            if (reply.status === 431 && path.length > 16 * 1024) continue
+            if (reply.status >= 500 || !isEnvelope(reply.status, reply.body, reply.text)) {
+              failures.push(`${op.method} ${path.slice(0, 200)} → ${reply.status} ${reply.text.slice(0, 300)}`)
+            }
+          }
+        }
+        console.log(`hostile params (seed ${seed}): ${ops.length} operations, ${requests} requests, ${failures.length} failures`)
+        if (failures.length > 0) console.log(`hostile params failures:\n${failures.join("\n")}`)
         expect(failures).toEqual([])
       }), { timeout: 300_000 })
   })

@@ -39,16 +39,18 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("instances", (it) =>
 
     it.scoped("share idempotency records", () =>
       Effect.gen(function*() {
+        const provisioning = yield* Provisioning
+        const org = yield* provisioning.createOrganization({ name: "Shared keys", plan: "developer" })
+        const { apiKey } = yield* provisioning.issueApiKey(org.id)
         const second = yield* extraServer
         const headers = { "idempotency-key": `shared-${Math.random()}` }
-        const a = yield* call("POST", "/v1/agent/accounts", { body: { terms_accepted: true }, headers })
-        const b = yield* Effect.promise(() =>
-          fetchReply(`${second.baseUrl}/v1/agent/accounts`, "POST", { body: { terms_accepted: true }, headers })
-        )
-        expect(a.status).toBe(200)
-        expect(b.status).toBe(200)
+        const body = { type: "blocklist", pattern: "shared@example.com" }
+        const a = yield* call("POST", "/v1/filters", { token: apiKey, body, headers })
+        const b = yield* Effect.promise(() => fetchReply(`${second.baseUrl}/v1/filters`, "POST", { token: apiKey, body, headers }))
+        expect(a.status).toBe(201)
+        expect(b.status).toBe(201)
         expect(b.headers.get("idempotent-replayed")).toBe("true")
-        expect(b.body.data.api_key).toBe(a.body.data.api_key)
+        expect(b.body.data.id).toBe(a.body.data.id)
       }))
   })
 

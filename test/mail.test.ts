@@ -85,7 +85,7 @@ layer(Env, { timeout: 60_000, excludeTestServices: true })("mailer", (it) => {
         const lines: Array<string> = []
         const spy = vi.spyOn(console, "log").mockImplementation((...args: Array<unknown>) => void lines.push(args.map(String).join(" ")))
         yield* mailer.send(mail("dev@example.com")).pipe(Effect.ensuring(Effect.sync(() => spy.mockRestore())))
-        // CONTRACT.md: the subject and first lines are logged so a developer can sign up without a mail server.
+        // The subject and first lines are logged so a developer can sign up without a mail server.
         const logged = lines.join("\n")
         expect(logged).toContain("dev outbox: mail to dev@example.com")
         expect(logged).toContain("Your Mailroom sign-up code")

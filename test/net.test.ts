@@ -118,10 +118,15 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("net", (it) => {
       // IPv4 inside IPv6
       ["::ffff:127.0.0.1", "loopback"], ["::ffff:7f00:1", "loopback"], ["::ffff:169.254.169.254", "metadata"],
       ["::ffff:10.0.0.1", "private"], ["::ffff:a9fe:a9fe", "metadata"], ["::127.0.0.1", "loopback"],
-      ["64:ff9b::10.0.0.1", "private"], ["2002:7f00:1::", "loopback"], ["2002:c0a8:101::1", "private"]
+      ["64:ff9b::10.0.0.1", "private"], ["2002:7f00:1::", "loopback"], ["2002:c0a8:101::1", "private"],
+      // SIIT IPv4-translated ::ffff:0:0:0/96, and the local-use NAT64 prefix whatever it embeds
+      ["::ffff:0:127.0.0.1", "loopback"], ["::ffff:0:7f00:1", "loopback"], ["::ffff:0:a9fe:a9fe", "metadata"],
+      ["0:0:0:0:ffff:0:a00:1", "private"], ["64:ff9b:1::7f00:1", "nat64-local"], ["64:ff9b:1:7f00:1::", "nat64-local"],
+      ["64:ff9b:1::8.8.8.8", "nat64-local"], ["64:ff9b:0:0:0:1:808:808", "nat64-local"]
     ]
     const allowed = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "172.32.0.1", "100.128.0.1", "192.169.0.1", "11.0.0.1",
-      "2606:4700:4700::1111", "2a00:1450:4001:82b::200e", "::ffff:8.8.8.8", "134744072" /* 8.8.8.8 */, "0x08080808"]
+      "2606:4700:4700::1111", "2a00:1450:4001:82b::200e", "::ffff:8.8.8.8", "134744072" /* 8.8.8.8 */, "0x08080808",
+      "::ffff:0:8.8.8.8", "64:ff9b::8.8.8.8"]
 
     it(`classifies ${blocked.length} non-public addresses by range and accepts public ones`, () => {
       expect(blocked.length).toBeGreaterThanOrEqual(30)

@@ -50,6 +50,17 @@ const setPlan = (orgId: string, plan: Plan) =>
     return Option.some(orgId)
   })
 
+/** A function of the caller's organization: these tests need its id, not a running module. */
+const newFunction = (token: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const account = yield* call("GET", "/v1/account", { token })
+    const rows = yield* sql<{ id: string }>`INSERT INTO functions (org_id, name, code, code_sha256, code_size_bytes)
+      VALUES (${account.body.data.id}, ${`fn-${Math.random().toString(36).slice(2, 10)}`}, 'export default {}', '', 17)
+      RETURNING id`.pipe(Effect.orDie)
+    return rows[0]!.id
+  })
+
 let seq = 0
 const uniqueDomain = (label: string) => `${label}-${++seq}-${Math.random().toString(36).slice(2, 7)}.test`
 
@@ -73,14 +84,19 @@ const expectError = (r: { status: number; body: JsonBody }, status: number, code
 
 const hmacHex = (secret: string, message: string) => createHmac("sha256", secret).update(message).digest("hex")
 
-/** The receiving side's own check, written from SPEC.md's table, not from src/webhooks/Signing.ts. */
+/**
+ * The receiving side's own check, written from the documented signature format, not from
+ * src/webhooks/Signing.ts. Stripe-style: the header is accepted when any of its `v1` values matches.
+ */
 const independentVerify = (secret: string, rawBody: string, header: string, nowSeconds: number) => {
-  const parts = Object.fromEntries(header.split(",").map((kv) => kv.split("=") as [string, string]))
-  const t = Number(parts["t"])
+  const parts = header.split(",").map((kv) => kv.split("=") as [string, string])
+  const t = Number(parts.find(([k]) => k === "t")?.[1])
   if (!Number.isInteger(t) || Math.abs(nowSeconds - t) > 300) return false
   const expected = Buffer.from(hmacHex(secret, `${t}.${rawBody}`), "hex")
-  const given = Buffer.from(parts["v1"] ?? "", "hex")
-  return expected.length === given.length && timingSafeEqual(expected, given)
+  return parts.some(([k, v]) => {
+    const given = Buffer.from(v ?? "", "hex")
+    return k === "v1" && expected.length === given.length && timingSafeEqual(expected, given)
+  })
 }
 
 layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) => {
@@ -309,7 +325,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
           kind: "http", url: "https://example.com/hook", function_id: null, enabled: true, domain_id: null, rules: {},
           is_route_target: false
         })
-        const fn = crypto.randomUUID()
+        const fn = yield* newFunction(token)
         const f = yield* call("POST", "/v1/endpoints", { token, body: { kind: "function", function_id: fn, is_route_target: true } })
         expect(f.status).toBe(201)
         expect(f.body.data).toMatchObject({ kind: "function", url: null, function_id: fn, is_route_target: true })
@@ -318,7 +334,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
     it.effect("rule 2: url cannot be set on a function endpoint", () =>
       Effect.gen(function*() {
         const { token } = yield* newOrg()
-        const f = yield* call("POST", "/v1/endpoints", { token, body: { kind: "function", function_id: crypto.randomUUID() } })
+        const f = yield* call("POST", "/v1/endpoints", { token, body: { kind: "function", function_id: yield* newFunction(token) } })
         const r = yield* call("PATCH", `/v1/endpoints/${f.body.data.id}`, { token, body: { url: "https://example.com/x" } })
         expectError(r, 400, "validation_error")
         expect(r.body.error.message).toMatch(/^url: /)
@@ -379,7 +395,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const { orgId, token } = yield* newOrg()
-        const fn = crypto.randomUUID()
+        const fn = yield* newFunction(token)
         const a = yield* call("POST", "/v1/endpoints", { token, body: { kind: "function", function_id: fn } })
         expect(a.status).toBe(201)
         const b = yield* call("POST", "/v1/endpoints", {
@@ -391,11 +407,10 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expect(b.body.data.id).toBe(a.body.data.id)
         const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM endpoints WHERE org_id = ${orgId} AND function_id = ${fn}`
         expect(rows[0]!.n).toBe(1)
-        // Another organization's endpoint for the same function id is its own.
+        // Another organization cannot aim an endpoint at this organization's function.
         const other = yield* newOrg()
         const c = yield* call("POST", "/v1/endpoints", { token: other.token, body: { kind: "function", function_id: fn } })
-        expect(c.status).toBe(201)
-        expect(c.body.data.id).not.toBe(a.body.data.id)
+        expectError(c, 404, "not_found")
       }))
 
     it.effect("rule 5: one organization-wide webhook and no per-domain endpoints on free plans; set-plan pro lifts both", () =>
@@ -407,24 +422,53 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expect(perDomain.body.error.details.required_plan).toBe("pro")
         const fnPerDomain = yield* call("POST", "/v1/endpoints", {
           token,
-          body: { kind: "function", function_id: crypto.randomUUID(), domain_id: domainId }
+          body: { kind: "function", function_id: yield* newFunction(token), domain_id: domainId }
         })
         expectError(fnPerDomain, 403, "forbidden")
         const global = yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/g" } })
         expect(global.status).toBe(201)
-        const secondWebhook = yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/g2", is_route_target: true } })
-        expectError(secondWebhook, 403, "forbidden")
-        expect(secondWebhook.body.error.details).toMatchObject({ required_plan: "pro", limit: 1 })
+        // A second organization-wide default webhook (disabled, so no slot conflict first) cannot be enabled.
+        const secondWebhook = yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/g2", enabled: false } })
+        expect(secondWebhook.status).toBe(201)
+        yield* call("DELETE", `/v1/endpoints/${global.body.data.id}`, { token })
+        const third = yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/g3" } })
+        expect(third.status).toBe(201)
+        const enableSecond = yield* call("PATCH", `/v1/endpoints/${secondWebhook.body.data.id}`, { token, body: { enabled: true } })
+        expectError(enableSecond, 409, "conflict")
         // Functions are not webhooks.
-        const fn = yield* call("POST", "/v1/endpoints", { token, body: { kind: "function", function_id: crypto.randomUUID(), is_route_target: true } })
+        const fn = yield* call("POST", "/v1/endpoints", { token, body: { kind: "function", function_id: yield* newFunction(token), is_route_target: true } })
         expect(fn.status).toBe(201)
         // Moving the webhook onto a domain is per-domain too.
-        expectError(yield* call("PATCH", `/v1/endpoints/${global.body.data.id}`, { token, body: { domain_id: domainId } }), 403, "forbidden")
+        expectError(yield* call("PATCH", `/v1/endpoints/${third.body.data.id}`, { token, body: { domain_id: domainId } }), 403, "forbidden")
 
         yield* setPlan(orgId, "pro")
         expect((yield* call("GET", "/v1/account", { token })).body.data.limits.webhooks_per_domain).toBe(true)
         expect((yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/d", domain_id: domainId } })).status).toBe(201)
         expect((yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/g2", is_route_target: true } })).status).toBe(201)
+      }))
+
+    it.effect("route targets use no plan slot: an agent account has its one fallback webhook and several route targets", () =>
+      Effect.gen(function*() {
+        const { token } = yield* newOrg("agent")
+        const fallback = yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/fallback" } })
+        expect(fallback.status).toBe(201)
+        for (let i = 0; i < 3; i++) {
+          const target = yield* call("POST", "/v1/endpoints", { token, body: { url: `https://example.com/target-${i}`, is_route_target: true } })
+          expect([i, target.status, target.body.data?.is_route_target]).toEqual([i, 201, true])
+        }
+        // A disabled route target re-enabled is still no slot.
+        const off = yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/off", is_route_target: true, enabled: false } })
+        expect((yield* call("PATCH", `/v1/endpoints/${off.body.data.id}`, { token, body: { enabled: true } })).status).toBe(200)
+        // A second fallback is refused as before: the slot is held.
+        const second = yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/fallback2" } })
+        expectError(second, 409, "conflict")
+        expect(second.body.error.details.endpoint_id).toBe(fallback.body.data.id)
+        // Even with the slot freed by disabling the first, the plan allows one organization-wide webhook at a time.
+        const disabledSecond = yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/fallback2", enabled: false } })
+        expect(disabledSecond.status).toBe(201)
+        expectError(yield* call("PATCH", `/v1/endpoints/${disabledSecond.body.data.id}`, { token, body: { enabled: true } }), 409, "conflict")
+        const list = (yield* call("GET", "/v1/endpoints", { token })).body.data as Array<{ is_route_target: boolean; enabled: boolean }>
+        expect(list.filter((e) => e.is_route_target && e.enabled).length).toBe(4)
       }))
 
     it.effect("rules validation: event_types 1-50, emails in sender lists, non-negative sizes, strict", () =>
@@ -536,14 +580,16 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expect(payload.email.recipient).toBe(inbox)
         expect(payload.email.auth).toEqual({ spf: "none", dkim: "none", dmarc: "none" })
 
-        // After a rotation the test is signed with the new secret.
+        // After a rotation the test is signed with the new secret, and with the old one during its grace period.
         yield* call("POST", "/v1/account/webhook-secret/rotate", { token })
         const rotated = (yield* call("GET", "/v1/account/webhook-secret", { token })).body.data.secret as string
         const r2 = yield* call("POST", `/v1/endpoints/${e.body.data.id}/test`, { token })
         expect(r2.headers.get("idempotent-replayed")).toBeNull()
         const got2 = receiver.received[1]!
         expect(independentVerify(rotated, got2.body, r2.body.data.signature, Math.floor(Date.now() / 1000))).toBe(true)
-        expect(independentVerify(secret, got2.body, r2.body.data.signature, Math.floor(Date.now() / 1000))).toBe(false)
+        expect(independentVerify(secret, got2.body, r2.body.data.signature, Math.floor(Date.now() / 1000))).toBe(true)
+        expect(r2.body.data.signature.split(",").filter((p: string) => p.startsWith("v1="))).toHaveLength(2)
+        expect(independentVerify("whsec_wrong", got2.body, r2.body.data.signature, Math.floor(Date.now() / 1000))).toBe(false)
       })))
 
     it.effect("reports failures without following redirects and truncates the response body to 2 KiB; functions are refused", () =>
@@ -563,7 +609,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         const refused = yield* call("POST", `/v1/endpoints/${dead.body.data.id}/test`, { token })
         expect(refused.body.data).toMatchObject({ status_code: null, delivered: false, response_body: "" })
         expect(refused.body.data.error).toEqual(expect.any(String))
-        const fn = yield* call("POST", "/v1/endpoints", { token, body: { kind: "function", function_id: crypto.randomUUID() } })
+        const fn = yield* call("POST", "/v1/endpoints", { token, body: { kind: "function", function_id: yield* newFunction(token) } })
         const r = yield* call("POST", `/v1/endpoints/${fn.body.data.id}/test`, { token })
         expectError(r, 400, "validation_error")
         expect(r.body.error.message).toMatch(/^kind: /)
@@ -612,6 +658,28 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expectError(hourly, 429, "rate_limit_exceeded")
         expect(hourly.headers.get("ratelimit-limit")).toBe("30")
         expect(Number(hourly.headers.get("retry-after"))).toBeGreaterThan(3000)
+      })))
+  })
+
+  describe("endpoint test send, concurrent", () => {
+    it.effect("the failed-test limit is reserved atomically: 12 parallel failing tests with 3 left reach the receiver 3 times", () =>
+      Effect.scoped(Effect.gen(function*() {
+        const receiver = yield* startReceiver
+        const { token } = yield* newOrg("pro")
+        const e = yield* call("POST", "/v1/endpoints", { token, body: { url: receiver.url(), is_route_target: true } })
+        // Each request its own key, so only the limiter decides.
+        const test = () => call("POST", `/v1/endpoints/${e.body.data.id}/test`, { token, headers: { "idempotency-key": crypto.randomUUID() } })
+        receiver.answer = { status: 500, body: "down" }
+        expect((yield* test()).body.data.delivered).toBe(false)
+        const results = yield* Effect.all(Array.from({ length: 12 }, test), { concurrency: "unbounded" })
+        const statuses = results.map((r) => r.status).sort()
+        expect(statuses).toEqual([200, 200, 200, ...Array<number>(9).fill(429)])
+        for (const r of results.filter((x) => x.status === 429)) expectError(r, 429, "rate_limit_exceeded")
+        expect(receiver.received.length).toBe(4)
+        // Successful tests hold a slot only while in flight: once the receiver recovers, they pass,
+        // but the per-minute budget of failures stays spent.
+        receiver.answer = { status: 200, body: "ok" }
+        expect((yield* test()).status).toBe(429)
       })))
   })
 
@@ -709,7 +777,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expect(r.body.data).toMatchObject({ pattern: `support@${domain}`, domain_id: domainId, endpoint_id: e.body.data.id })
         expectError(yield* call("POST", "/v1/routes", { token, body: { pattern: `support@${domain}`, endpoint_id: e.body.data.id } }), 409, "conflict")
 
-        const fn = crypto.randomUUID()
+        const fn = yield* newFunction(token)
         const viaFn = yield* call("POST", "/v1/routes", { token, body: { pattern: `*+agent@${domain}`, function_id: fn } })
         expect(viaFn.status).toBe(201)
         const endpoints = (yield* call("GET", "/v1/endpoints", { token })).body.data as Array<{ id: string; function_id: string | null; is_route_target: boolean; kind: string }>

@@ -93,6 +93,8 @@ const dnsLayer = Layer.unwrapScoped(Effect.gen(function*() {
       "ula.test": { AAAA: ["fd00::1"] },
       "nat64.test": { AAAA: ["64:ff9b::7f00:1"] },
       "sixtofour.test": { AAAA: ["2002:7f00:1::1"] },
+      "siit.test": { AAAA: ["::ffff:0:7f00:1"] },
+      "public.test": { A: [PUBLIC] },
       "empty.test": {}
     }
     // Rebinding: the first answer is public, every later one loopback (and back, alternating).
@@ -131,6 +133,9 @@ layer(dnsLayer, { timeout: 60_000, excludeTestServices: true })("ssrf", (it) => 
           `https://[::1]:${P}/`, `https://[0:0:0:0:0:0:0:1]:${P}/`, `https://[0000::1]:${P}/`, `https://[::]:${P}/`,
           `https://[::ffff:127.0.0.1]:${P}/`, `https://[::ffff:7f00:1]:${P}/`, `https://[::127.0.0.1]:${P}/`,
           `https://[64:ff9b::127.0.0.1]:${P}/`, `https://[2002:7f00:1::]:${P}/`, `https://[::ffff:0.0.0.0]:${P}/`,
+          `https://[::ffff:0:127.0.0.1]:${P}/`, `https://[::ffff:0:7f00:1]:${P}/`, `https://[64:ff9b:1::7f00:1]:${P}/`,
+          // port 0, on a public literal and a public name
+          `https://8.8.8.8:0/`, `https://public.test:0/`, `https://${PUBLIC}:0/`, `https://siit.test:${P}/`,
           // names
           `https://localhost:${P}/`, `https://LOCALHOST:${P}/`, `https://localhost.:${P}/`, `https://api.localhost:${P}/`,
           `https://a.b.localhost:${P}/`, `https://loop.test:${P}/`, `https://loop6.test:${P}/`, `https://mapped.test:${P}/`,

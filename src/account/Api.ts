@@ -1,4 +1,4 @@
-/** Contract of the Account area (SPEC.md "Account"). */
+/** Contract of the Account area. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DateTimeString, IdempotencyHeaders, Ok, strict } from "../contract/Envelope.js"
@@ -62,6 +62,10 @@ export type StorageStatistics = typeof StorageStatistics.Type
 export const WebhookSecret = Schema.Struct({
   secret: Schema.String.annotations({
     description: "HMAC-SHA256 key for Mailroom-Signature; looks base64 but is used as the UTF-8 string itself"
+  }),
+  previous_expires_at: Schema.NullOr(DateTimeString).annotations({
+    description: "after a rotation: until when the replaced secret still signs every delivery as a second `v1` " +
+      "(24 hours after the rotation); null when no replaced secret signs any more"
   })
 }).annotations({ identifier: "WebhookSecret" })
 
@@ -97,7 +101,13 @@ export class AccountApi extends HttpApiGroup.make("account")
       .addSuccess(Ok(WebhookSecret, "WebhookSecret"))
       .addError(Wire.NotFound)
       .addError(Wire.RateLimitExceeded)
-      .annotate(OpenApi.Summary, "Replace the webhook secret (once per 60 minutes); the old one stops working at once")
+      .annotate(OpenApi.Summary, "Replace the webhook secret (once per 60 minutes); for 24 hours deliveries carry a signature with each")
+      .annotate(
+        OpenApi.Description,
+        "Deliveries, endpoint tests and replays are then signed `t=…,v1=<new>,v1=<old>` until `previous_expires_at`, " +
+          "so a receiver verifying with either secret keeps accepting them (a verifier accepts a header when any `v1` " +
+          "matches); afterwards only the new secret signs. Rotating again drops a secret replaced earlier."
+      )
   )
   .middleware(Authentication)
   .annotate(OpenApi.Description, "Account settings, storage usage and the webhook signing secret")

@@ -24,11 +24,7 @@ export const AccountHttpLive = HttpApiBuilder.group(MailroomApi, "account", (han
       .handle("update", ({ payload }) => orNotFound(Effect.flatMap(orgId, (id) => repo.update(id, payload))))
       .handle("storage", () => orNotFound(Effect.flatMap(orgId, repo.storage)))
       .handle("webhookSecret", () =>
-        Effect.zipRight(noStore, orNotFound(Effect.flatMap(orgId, secrets.get))).pipe(
-          Effect.map((secret) => ({ secret }))
-        ))
+        Effect.zipRight(noStore, orNotFound(Effect.flatMap(orgId, secrets.status))))
       .handle("rotateWebhookSecret", () =>
-        Effect.zipRight(noStore, orNotFound(Effect.flatMap(orgId, secrets.rotate))).pipe(
-          Effect.map((secret) => ({ secret }))
-        ))
+        Effect.zipRight(noStore, orNotFound(Effect.flatMap(orgId, secrets.rotate))))
   })).pipe(Layer.provide([AccountRepo.Default, WebhookSecrets.Default]))

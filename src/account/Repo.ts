@@ -1,7 +1,7 @@
 /** SQL of the Account area. */
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
-import { ENTITLEMENTS, LIMITS, type Plan } from "../contract/Plans.js"
+import { entitlementsOf, LIMITS, type Plan } from "../contract/Plans.js"
 import type { Account, AccountUpdateResult, StorageStatistics } from "./Api.js"
 
 interface AccountRow {
@@ -22,11 +22,11 @@ interface AccountRow {
 
 export const toAccount = (row: AccountRow): Account => ({
   id: row.id,
-  // CONTRACT.md: the owner's address; for an emailless agent its managed inbox address.
+  // The owner's address; for an emailless agent its managed inbox address.
   email: row.owner_email ?? row.managed_inbox_address ?? "",
   plan: row.plan,
   limits: LIMITS[row.plan],
-  entitlements: [...ENTITLEMENTS[row.plan]].sort(),
+  entitlements: entitlementsOf(row.plan),
   managed_inbox_address: row.managed_inbox_address,
   created_at: row.created_at,
   onboarding_completed: row.onboarding_completed,
@@ -81,19 +81,17 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
       }).pipe(Effect.orDie)
 
     /**
-     * Usage computed from the stored emails of the inbound pipeline (table `emails`, columns
-     * `org_id` and `size_bytes`); before that table exists the usage is zero.
+     * Usage as kept by `storage_usage` (migrations/0025): every stored kind adds its bytes there in
+     * the transaction that stores it, and ingestion refuses what would pass the plan's quota.
      */
     const storage = (orgId: string) =>
       Effect.gen(function*() {
-        const plan = yield* sql<{ plan: Plan }>`SELECT plan FROM organizations WHERE id = ${orgId}`
-        if (plan[0] === undefined) return Option.none<StorageStatistics>()
-        const exists = yield* sql<{ present: boolean }>`SELECT to_regclass('emails') IS NOT NULL AS present`
-        const usage = exists[0]?.present
-          ? yield* sql<{ bytes: string; n: string }>`
-              SELECT coalesce(sum(size_bytes), 0)::bigint AS bytes, count(*)::bigint AS n FROM emails WHERE org_id = ${orgId}`
-          : [{ bytes: "0", n: "0" }]
-        return Option.some(storageStatistics(Number(usage[0]!.bytes), Number(usage[0]!.n), LIMITS[plan[0].plan].storage_mb))
+        const rows = yield* sql<{ plan: Plan; bytes: string; n: string }>`
+          SELECT o.plan, coalesce(s.used_bytes, 0)::bigint AS bytes, coalesce(s.emails_count, 0)::bigint AS n
+          FROM organizations o LEFT JOIN storage_usage s ON s.org_id = o.id WHERE o.id = ${orgId}`
+        const row = rows[0]
+        if (row === undefined) return Option.none<StorageStatistics>()
+        return Option.some(storageStatistics(Number(row.bytes), Number(row.n), LIMITS[row.plan].storage_mb))
       }).pipe(Effect.orDie)
 
     return { find, update, storage } as const
@@ -105,7 +103,7 @@ const round = (value: number, decimals: number) => {
   return Math.round(value * f) / f
 }
 
-/** SPEC.md "Storage statistics": KB with one decimal, MB with two, percentage with one. */
+/** Storage statistics: KB with one decimal, MB with two, percentage with one. */
 export const storageStatistics = (usedBytes: number, emailsCount: number, quotaMb: number): StorageStatistics => ({
   used_bytes: usedBytes,
   used_kb: round(usedBytes / 1024, 1),

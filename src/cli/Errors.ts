@@ -1,9 +1,8 @@
 /**
  * How a failed command ends: the message on stderr (or a JSON error object with `--json`) and the
- * exit code (README "CLI"). API errors are recognised by their tag from the typed client, so the
+ * exit code (docs/cli.md). API errors are recognised by their tag from the typed client, so the
  * code shown is the contract's, with `details.remediation`, `gates[].fix` and `Retry-After`.
  */
-import { ValidationError as CliValidationError } from "@effect/cli"
 import { Cause, Console, Effect, Option, ParseResult, Predicate } from "effect"
 import { type ApiError, ErrorTable, type ErrorTag } from "../contract/Errors.js"
 import { CliFailure, ExitCode } from "./Failure.js"
@@ -22,12 +21,30 @@ interface Report {
   readonly json: Record<string, unknown>
 }
 
-const apiReport = (e: ApiError): Report => {
+/** A request field and the flag that sets it: `is_route_target` → `--route-target`. */
+export type FieldNames = ReadonlyArray<readonly [field: string, flag: string]>
+
+const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
+
+/**
+ * API messages name request fields; people typed flags, so the message names the flag. A field
+ * with an underscore is replaced wherever it appears; a plain word only as a message's subject
+ * (`url: must use https`), where it cannot be ordinary prose.
+ */
+const toFlags = (text: string, fields: FieldNames) =>
+  fields.reduce((t, [field, flag]) => {
+    const subject = field.includes("_") ? "" : "(?=:)"
+    return t.replace(new RegExp(`(?<![\\w-])${escape(field)}(?![\\w-])${subject}`, "g"), flag)
+  }, text)
+
+const apiReport = (e: ApiError, fields: FieldNames): Report => {
   const code = ErrorTable[e._tag as ErrorTag].code
-  const lines = [`error: ${code}: ${e.message}`]
+  const lines = [`error: ${code}: ${toFlags(e.message, fields)}`]
   const json: Record<string, unknown> = { code, message: e.message }
   const remediation = e.details?.remediation
-  if (remediation !== undefined) lines.push(`remediation: ${typeof remediation === "string" ? remediation : JSON.stringify(remediation)}`)
+  if (remediation !== undefined) {
+    lines.push(`remediation: ${toFlags(typeof remediation === "string" ? remediation : JSON.stringify(remediation), fields)}`)
+  }
   if (e.details !== undefined) json.details = e.details
   for (const gate of e.gates ?? []) {
     lines.push(`gate ${gate.name}: ${gate.message}${gate.fix ? ` (fix: ${gate.fix.action} ${gate.fix.subject})` : ""}`)
@@ -41,8 +58,8 @@ const apiReport = (e: ApiError): Report => {
   return { exitCode: ExitCode.api, lines, json }
 }
 
-export const reportOf = (error: unknown, apiBase: string): Report => {
-  if (isApiError(error)) return apiReport(error)
+export const reportOf = (error: unknown, apiBase: string, fields: FieldNames = []): Report => {
+  if (isApiError(error)) return apiReport(error, fields)
   if (error instanceof CliFailure) {
     return {
       exitCode: error.usage ? ExitCode.usage : ExitCode.other,
@@ -73,15 +90,11 @@ export const reportOf = (error: unknown, apiBase: string): Report => {
 }
 
 /** Prints the failure and returns the exit code. */
-export const reportFailure = (cause: Cause.Cause<unknown>, json: boolean, apiBase: string) =>
+export const reportFailure = (cause: Cause.Cause<unknown>, json: boolean, apiBase: string, fields: FieldNames = []) =>
   Effect.gen(function*() {
     const failure = Cause.failureOption(cause)
-    if (Option.isSome(failure) && CliValidationError.isValidationError(failure.value)) {
-      // @effect/cli has already printed what was wrong and the usage.
-      return CliValidationError.isHelpRequested(failure.value) ? ExitCode.ok : ExitCode.usage
-    }
     const error = Option.getOrElse(failure, () => Cause.squash(cause))
-    const report = reportOf(error, apiBase)
+    const report = reportOf(error, apiBase, fields)
     if (json) yield* Console.error(JSON.stringify({ error: report.json }))
     else yield* Console.error(report.lines.join("\n"))
     if (Option.isNone(failure) && process.env.MAILROOM_DEBUG) yield* Console.error(Cause.pretty(cause))

@@ -11,7 +11,8 @@ import { InvalidGrant } from "../contract/Errors.js"
 import type { TokenSet } from "../identity/Api.js"
 import { CliFailure } from "./Failure.js"
 import { loadProfile, saveProfile, type StoredProfile } from "./Profile.js"
-import { DEFAULT_API_BASE, root } from "./Root.js"
+import { Globals } from "./Globals.js"
+import { DEFAULT_API_BASE } from "./Root.js"
 
 /** Refresh this long before the access token's expiry. */
 const REFRESH_MARGIN_MS = 60_000
@@ -46,7 +47,7 @@ export const normalizeApiBase = (raw: string) =>
   })
 
 export const target = Effect.gen(function*() {
-  const g = yield* root
+  const g = yield* Globals
   const profile = yield* loadProfile(g.profile)
   const raw = Option.getOrElse(g.baseUrl, () => profile.base_url ?? DEFAULT_API_BASE)
   const { apiBase, origin } = yield* normalizeApiBase(raw)

@@ -83,6 +83,19 @@ export const Uuid = Schema.UUID.annotations({ description: "UUID" })
 /** ISO 8601 date-time on the wire, `Date` in code. */
 export const DateTimeString = Schema.Date.annotations({ description: "ISO 8601 date-time" })
 
+/**
+ * Earliest instant a PostgreSQL `timestamptz` holds, with a margin (its range starts in November
+ * 4714 BC); JavaScript's latest date (year 275760) is inside the range, so only the start needs a bound.
+ */
+const EARLIEST_TIMESTAMP_MS = Date.UTC(-4712, 0, 1)
+
+export const inTimestampRange = (d: Date) => d.getTime() >= EARLIEST_TIMESTAMP_MS
+
+/** A date-time a request passes to a query: one PostgreSQL can compare, or 400 `validation_error`. */
+export const DateTimeFilter = Schema.Date.pipe(
+  Schema.filter(inTimestampRange, { message: () => "must be a date-time from year 4713 BC onward" })
+).annotations({ description: "ISO 8601 date-time" })
+
 export const IdPath = allErrors(Schema.Struct({ id: Uuid }))
 
 /**

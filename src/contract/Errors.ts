@@ -1,8 +1,10 @@
 /**
  * The error table: every tagged error of the API, its one wire `code` and its one HTTP status.
  *
- * Rows come from SPEC.md (general, send and reply, outbound relay, payment) and CONTRACT.md's
- * additions, plus `service_unavailable` (the health probe's 503, see README). Handlers fail with the
+ * Rows: the general codes, send and reply, outbound relay, payment, device login, sign-up and claim,
+ * plus `service_unavailable` (the health probe's 503, see docs/decisions.md), `method_not_allowed`
+ * (405 with `Allow` for a known path called with another method) and `unsupported_media_type` (415 for
+ * a body that is not `application/json`), which the error middleware answers before routing. Handlers fail with the
  * tagged classes; endpoints declare the `Wire` schemas, which encode to the error envelope
  * `{success:false,error:{code,message,details?,gates?}}` so the OpenAPI document shows the real body
  * and the typed client decodes the envelope back into the class (so `catchTag` works on the client).
@@ -46,6 +48,8 @@ export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited"
 export class RateLimitExceeded extends Schema.TaggedError<RateLimitExceeded>()("RateLimitExceeded", fields) {}
 export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", fields) {}
 export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()("ServiceUnavailable", fields) {}
+export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", fields) {}
+export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", fields) {}
 // --- Send and reply ---------------------------------------------------------------------------
 export class RecipientNotAllowed extends Schema.TaggedError<RecipientNotAllowed>()("RecipientNotAllowed", fields) {}
 export class CannotSendFromDomain extends Schema.TaggedError<CannotSendFromDomain>()("CannotSendFromDomain", fields) {}
@@ -73,7 +77,7 @@ export class PaymentVerificationFailed
 {}
 export class SettlementFailed extends Schema.TaggedError<SettlementFailed>()("SettlementFailed", fields) {}
 export class ChallengeExpired extends Schema.TaggedError<ChallengeExpired>()("ChallengeExpired", fields) {}
-// --- CONTRACT.md additions (device login, sign-up, claim) --------------------------------------
+// --- Device login, sign-up, claim ---------------------------------------------------------------
 export class AuthorizationPending extends Schema.TaggedError<AuthorizationPending>()("AuthorizationPending", fields) {}
 export class SlowDown extends Schema.TaggedError<SlowDown>()("SlowDown", fields) {}
 export class ExpiredToken extends Schema.TaggedError<ExpiredToken>()("ExpiredToken", fields) {}
@@ -95,6 +99,8 @@ export const ErrorTable = {
   RateLimitExceeded: { error: RateLimitExceeded, code: "rate_limit_exceeded", status: 429 },
   InternalError: { error: InternalError, code: "internal_error", status: 500 },
   ServiceUnavailable: { error: ServiceUnavailable, code: "service_unavailable", status: 503 },
+  MethodNotAllowed: { error: MethodNotAllowed, code: "method_not_allowed", status: 405 },
+  UnsupportedMediaType: { error: UnsupportedMediaType, code: "unsupported_media_type", status: 415 },
   RecipientNotAllowed: { error: RecipientNotAllowed, code: "recipient_not_allowed", status: 403 },
   CannotSendFromDomain: { error: CannotSendFromDomain, code: "cannot_send_from_domain", status: 403 },
   InboundNotRepliable: { error: InboundNotRepliable, code: "inbound_not_repliable", status: 422 },

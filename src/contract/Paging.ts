@@ -4,7 +4,7 @@
  */
 import { Effect, Either, Schema } from "effect"
 import type { ListMeta } from "./Envelope.js"
-import { allErrors } from "./Envelope.js"
+import { allErrors, inTimestampRange } from "./Envelope.js"
 import { ValidationError } from "./Errors.js"
 
 export const DEFAULT_PAGE_SIZE = 50
@@ -47,7 +47,7 @@ export const decodeCursor = (cursor: string | undefined): Effect.Effect<Position
   const parsed = Schema.decodeUnknownEither(Decoded)(Buffer.from(cursor, "base64url").toString("utf8"))
   if (Either.isLeft(parsed)) return Effect.fail(badCursor())
   const createdAt = new Date(parsed.right[0])
-  if (Number.isNaN(createdAt.getTime())) return Effect.fail(badCursor())
+  if (Number.isNaN(createdAt.getTime()) || !inTimestampRange(createdAt)) return Effect.fail(badCursor())
   return Effect.succeed({ createdAt, id: parsed.right[1] })
 }
 

@@ -1,4 +1,4 @@
-/** Plans and their `limits` object (SPEC.md "Plan limits object", values from CONTRACT.md). */
+/** Plans and their `limits` object. */
 import { Schema } from "effect"
 
 export const Plan = Schema.Literal("agent", "developer", "pro")
@@ -17,51 +17,84 @@ export const PlanLimits = Schema.Struct({
 }).annotations({ identifier: "PlanLimits" })
 export type PlanLimits = typeof PlanLimits.Type
 
-export const LIMITS: Record<Plan, PlanLimits> = {
+/**
+ * Capability keys an account may hold (the documented entitlements, plus `custom_domains`, which
+ * gates claiming a domain). What the limits object already says (webhook slots, per-domain
+ * webhooks, filters and spam thresholds) is not repeated here, so the two cannot disagree: an agent
+ * may create its one webhook although no entitlement names webhooks.
+ */
+export const Entitlement = Schema.Literal(
+  "custom_domains",
+  "functions",
+  "payments",
+  "registries",
+  "search",
+  "send_mail",
+  "send_to_known_addresses"
+)
+export type Entitlement = typeof Entitlement.Type
+
+/** Granted by an operator to one organization, never by a plan. */
+export const OPERATOR_ENTITLEMENTS: ReadonlyArray<Entitlement> = ["payments"]
+
+interface PlanDefinition {
+  readonly limits: PlanLimits
+  /** An agent is reply-only (`send_to_known_addresses`) until its account is claimed. */
+  readonly entitlements: ReadonlyArray<Entitlement>
+}
+
+/** The one table of what each plan grants: the limits object and the entitlements come from it. */
+export const PLANS: Record<Plan, PlanDefinition> = {
   agent: {
-    storage_mb: 100,
-    send_per_hour: 10,
-    send_per_day: 50,
-    api_per_minute: 120,
-    webhooks_max_global: 1,
-    webhooks_per_domain: false,
-    filters_per_domain: false,
-    spam_thresholds_per_domain: false
+    limits: {
+      storage_mb: 100,
+      send_per_hour: 10,
+      send_per_day: 50,
+      api_per_minute: 120,
+      webhooks_max_global: 1,
+      webhooks_per_domain: false,
+      filters_per_domain: false,
+      spam_thresholds_per_domain: false
+    },
+    entitlements: ["send_mail", "send_to_known_addresses"]
   },
   developer: {
-    storage_mb: 1024,
-    send_per_hour: 100,
-    send_per_day: 1000,
-    api_per_minute: 120,
-    webhooks_max_global: 1,
-    webhooks_per_domain: false,
-    filters_per_domain: false,
-    spam_thresholds_per_domain: false
+    limits: {
+      storage_mb: 1024,
+      send_per_hour: 100,
+      send_per_day: 1000,
+      api_per_minute: 120,
+      webhooks_max_global: 1,
+      webhooks_per_domain: false,
+      filters_per_domain: false,
+      spam_thresholds_per_domain: false
+    },
+    entitlements: ["custom_domains", "functions", "registries", "search", "send_mail"]
   },
   pro: {
-    storage_mb: 10240,
-    send_per_hour: 1000,
-    send_per_day: 10000,
-    api_per_minute: 120,
-    webhooks_max_global: null,
-    webhooks_per_domain: true,
-    filters_per_domain: true,
-    spam_thresholds_per_domain: true
+    limits: {
+      storage_mb: 10240,
+      send_per_hour: 1000,
+      send_per_day: 10000,
+      api_per_minute: 120,
+      webhooks_max_global: null,
+      webhooks_per_domain: true,
+      filters_per_domain: true,
+      spam_thresholds_per_domain: true
+    },
+    entitlements: ["custom_domains", "functions", "registries", "search", "send_mail"]
   }
 }
 
-/** Capability keys granted by each plan (sorted). An emailless agent is reply-only. */
-export const ENTITLEMENTS: Record<Plan, ReadonlyArray<string>> = {
-  agent: ["send_mail", "send_to_known_addresses"],
-  developer: ["custom_domains", "functions", "search", "send_mail", "webhooks"],
-  pro: [
-    "custom_domains",
-    "filters_per_domain",
-    "functions",
-    "search",
-    "send_mail",
-    "spam_thresholds_per_domain",
-    "webhooks",
-    "webhooks_per_domain"
-  ]
-}
+const plans = Plan.literals
+
+export const LIMITS = Object.fromEntries(plans.map((p) => [p, PLANS[p].limits])) as Record<Plan, PlanLimits>
+
+/** The sorted entitlements of a plan, with any an operator granted to the organization. */
+export const entitlementsOf = (plan: Plan, granted: ReadonlyArray<Entitlement> = []): ReadonlyArray<Entitlement> =>
+  [...new Set([...PLANS[plan].entitlements, ...granted])].sort()
+
+export const ENTITLEMENTS = Object.fromEntries(plans.map((p) => [p, entitlementsOf(p)])) as Record<
+  Plan,
+  ReadonlyArray<Entitlement>
+>

@@ -7,11 +7,16 @@
  * Once an attempt's request may have been sent, its row is never released for another attempt
  * unless that attempt is recorded: recording is retried for as long as the lease holds, and if it
  * still cannot be written the row stays leased (a second request then goes out only after the lease).
+ *
+ * Stopping drains: the claimer stops, attempts in flight get most of the shutdown time to finish
+ * and be recorded; one still running after that is stopped, and recorded as an attempt cut short
+ * by the shutdown (due again at once) if its request may have gone out, else its lease is released.
  */
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Cause, Clock, Data, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
-import { WebhookSecrets } from "../account/WebhookSecret.js"
+import { Cause, Clock, Data, Deferred, Duration, Effect, Fiber, FiberSet, Layer, Option, Schedule, Stream } from "effect"
+import { type StoredSecrets, WebhookSecrets } from "../account/WebhookSecret.js"
+import { FunctionInvoker } from "../functions/Invoker.js"
 import { checkUrl } from "../net/Ssrf.js"
 import { Dns } from "../net/Dns.js"
 import { AppConfig } from "../platform/Config.js"
@@ -25,6 +30,7 @@ import {
   type Completion,
   DeliveryQueue,
   type DeliveryRow,
+  LEASE_MARGIN_MS,
   leaseMillis,
   NOTIFY_CHANNEL,
   RECORD_TIMEOUT
@@ -48,6 +54,7 @@ const EXPIRED_CHECK_MS = 1000
 export interface AttemptEndpoint {
   readonly kind: "http" | "function"
   readonly url: string | null
+  readonly functionId: string | null
 }
 
 /** An attempt was made (its request may have reached the endpoint) but could not be recorded. */
@@ -64,6 +71,8 @@ export interface AttemptResult {
   readonly responseExcerpt: string | null
   /** No further attempts (HTTP 410, or a destination that can never accept it). */
   readonly final: boolean
+  /** Nothing was attempted: the claim on the delivery was lost while it waited (another worker has it). */
+  readonly claimLost?: boolean
 }
 
 export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailroom/DeliveryAttempts", {
@@ -72,14 +81,18 @@ export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailro
     const config = yield* AppConfig
     const secrets = yield* WebhookSecrets
     const dns = yield* Dns
+    const functions = yield* FunctionInvoker
+    const queue = yield* DeliveryQueue
     const timeoutMs = Duration.toMillis(config.deliveryTimeout)
+    // A function attempt may wait for a slot and then run for the whole wall clock.
+    const functionLeaseMs = Duration.toMillis(config.functionTimeout) + LEASE_MARGIN_MS
 
     const failure = (errorCode: string, error: string, final: boolean, durationMs = 0): AttemptResult => ({
       ok: false, confirmed: false, statusCode: null, errorCode, error, durationMs, responseExcerpt: null, final
     })
 
     /** Signs the stored payload afresh and POSTs it to the endpoint's checked address. */
-    const http = (row: DeliveryRow, endpoint: AttemptEndpoint, secretOrNull: string | null, attempt: number) =>
+    const http = (row: DeliveryRow, endpoint: AttemptEndpoint, stored: StoredSecrets | null, attempt: number, onSend: () => void) =>
       Effect.gen(function*() {
         const target = yield* checkUrl(endpoint.url ?? "", { allowPrivate: config.webhookAllowPrivateUrls }).pipe(
           Effect.provideService(Dns, dns),
@@ -88,9 +101,10 @@ export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailro
         if (target._tag === "Left") {
           return failure("address_rejected", `endpoint URL refused: ${target.left.reason}`, false)
         }
-        const secret = secretOrNull !== null ? Option.some(secretOrNull) : yield* secrets.get(row.org_id)
+        const secret = yield* secrets.signingFrom(row.org_id, stored)
         if (Option.isNone(secret)) return failure("organization_deleted", "the organization no longer exists", true)
         const t = Math.floor((yield* Clock.currentTimeMillis) / 1000)
+        onSend()
         const result = yield* postJson({
           target: target.right,
           body: row.payload,
@@ -123,16 +137,61 @@ export class DeliveryAttempts extends Effect.Service<DeliveryAttempts>()("mailro
         } satisfies AttemptResult
       })
 
-    /** One attempt for a delivery whose endpoint is known; the destination kind is chosen here. */
+    /**
+     * Runs the endpoint's function on the stored payload, signed like a webhook. The claim is
+     * extended on entering the runtime's queue and again when the process starts (fenced by the
+     * claim token), so a long wait or a 10-minute run is never taken over by another worker.
+     */
+    const fn = (row: DeliveryRow, endpoint: AttemptEndpoint, stored: StoredSecrets | null, attempt: number, onSend: () => void) =>
+      Effect.gen(function*() {
+        if (endpoint.functionId === null) return failure("endpoint_deleted", "the endpoint has no function", true)
+        const secret = yield* secrets.signingFrom(row.org_id, stored)
+        if (Option.isNone(secret)) return failure("organization_deleted", "the organization no longer exists", true)
+        const hold = queue.extendLease(row, functionLeaseMs).pipe(Effect.map(Option.isSome), Effect.orElseSucceed(() => false))
+        if (!(yield* hold)) return { ...failure("claim_lost", "the delivery's claim was lost", false), claimLost: true }
+        const heldAt = yield* Clock.currentTimeMillis
+        // A slot found within half the margin leaves the lease covering the whole wall clock: no second write.
+        const holdAgain = Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          now - heldAt < LEASE_MARGIN_MS / 2 ? Effect.succeed(true) : hold)
+        const ran = yield* functions.deliver(row.org_id, endpoint.functionId, {
+          payload: row.payload,
+          eventId: row.event_id,
+          event: row.event_type,
+          deliveryId: row.id,
+          signingSecrets: secret.value,
+          attempt,
+          onStart: Effect.tap(holdAgain, (go) => Effect.sync(() => go && onSend()))
+        })
+        if (ran._tag === "missing") return failure("endpoint_deleted", "the function was deleted", true)
+        if (ran._tag === "cancelled") return { ...failure("claim_lost", "the delivery's claim was lost", false), claimLost: true }
+        const o = ran.outcome
+        const excerpt = o.responseBody.slice(0, RESPONSE_EXCERPT_BYTES)
+        return {
+          ok: o.outcome === "ok",
+          confirmed: o.confirmed,
+          statusCode: o.statusCode,
+          errorCode: o.outcome === "ok" ? null : o.status,
+          error: o.error,
+          durationMs: o.durationMs,
+          responseExcerpt: o.outcome === "ok" || o.outcome === "http" ? excerpt : null,
+          final: o.statusCode === 410
+        } satisfies AttemptResult
+      })
+
+    /**
+     * One attempt for a delivery whose endpoint is known; the destination kind is chosen here.
+     * `onSend` is called just before the request may leave (interrupted later, it may have arrived).
+     */
     const attempt = (
       row: DeliveryRow,
       endpoint: AttemptEndpoint,
-      secret: string | null,
-      attemptNumber: number
+      secret: StoredSecrets | null,
+      attemptNumber: number,
+      onSend: () => void = () => {}
     ): Effect.Effect<AttemptResult> =>
       endpoint.kind === "http"
-        ? http(row, endpoint, secret, attemptNumber)
-        : Effect.succeed(failure("function_unavailable", "hosted functions are not available on this deployment", true))
+        ? http(row, endpoint, secret, attemptNumber, onSend)
+        : fn(row, endpoint, secret, attemptNumber, onSend)
 
     /** After a confirmed delivery of an account that asked for it, drop the stored content. */
     const discardContent = (row: DeliveryRow) =>
@@ -163,8 +222,13 @@ const precheck = (row: ClaimedRow) => {
   if (row.ctx_enabled !== true && row.replay_of === null) {
     return { _tag: "Skip", code: "endpoint_disabled", error: "the endpoint is disabled" } as const
   }
-  const endpoint: AttemptEndpoint = { kind: row.ctx_kind, url: row.ctx_url }
-  return { _tag: "Go", endpoint, secret: row.ctx_secret, discardOnConfirm: row.ctx_discard_on_confirm === true } as const
+  const endpoint: AttemptEndpoint = { kind: row.ctx_kind, url: row.ctx_url, functionId: row.ctx_function_id }
+  const secret: StoredSecrets = {
+    current: row.ctx_secret,
+    previous: row.ctx_previous_secret,
+    previousExpiresAt: row.ctx_previous_expires_at
+  }
+  return { _tag: "Go", endpoint, secret, discardOnConfirm: row.ctx_discard_on_confirm === true } as const
 }
 
 /**
@@ -184,8 +248,20 @@ const recordWhileLeased = <A, E, R>(row: DeliveryRow, record: Effect.Effect<A, E
     )
   })
 
-/** Runs one claimed delivery to completion of this round: attempt, record, schedule or finish. */
-export const processDelivery = (row: ClaimedRow, worker: string, options: { readonly retries: boolean }) =>
+/** An attempt interrupted by the service stopping after its request may have left. */
+const SHUTDOWN_ERROR = "the service stopped during the attempt; the endpoint may have received it"
+
+/**
+ * Runs one claimed delivery to completion of this round: attempt, record, schedule or finish.
+ * `stop` (the service draining past its bound) cuts the attempt short: before its request may have
+ * left, the lease is released (due again at once, no attempt counted); after, the attempt is
+ * recorded as `shutdown` and due again at once. Recording itself is never cut short by it.
+ */
+export const processDelivery = (
+  row: ClaimedRow,
+  worker: string,
+  options: { readonly retries: boolean; readonly stop?: Effect.Effect<void> }
+) =>
   Effect.gen(function*() {
     const queue = yield* DeliveryQueue
     const attempts = yield* DeliveryAttempts
@@ -198,7 +274,32 @@ export const processDelivery = (row: ClaimedRow, worker: string, options: { read
       return "failed" as const
     }
     const number = row.attempt_count + 1
-    const result = yield* attempts.attempt(row, check.endpoint, check.secret, number)
+    let sent = false
+    const attempt = attempts.attempt(row, check.endpoint, check.secret, number, () => {
+      sent = true
+    })
+    const outcome = options.stop === undefined
+      ? yield* Effect.map(attempt, Option.some)
+      : yield* Effect.race(Effect.map(attempt, Option.some), Effect.as(options.stop, Option.none<AttemptResult>()))
+    if (Option.isNone(outcome) && !sent) {
+      // Nothing left this process: hand the row back for the next worker, no attempt counted.
+      const now = yield* Clock.currentTimeMillis
+      yield* queue.completeNow(row, null, { _tag: "Retry", at: new Date(now) }, worker)
+      return "released" as const
+    }
+    // Another worker holds the delivery now: it records the attempt, not this one.
+    if (Option.isSome(outcome) && outcome.value.claimLost === true) return "pending" as const
+    const stopped = Option.isNone(outcome)
+    const result: AttemptResult = Option.getOrElse(outcome, () => ({
+      ok: false,
+      confirmed: false,
+      statusCode: null,
+      errorCode: "shutdown",
+      error: SHUTDOWN_ERROR,
+      durationMs: Date.now() - startedAt.getTime(),
+      responseExcerpt: null,
+      final: false
+    }))
     const record: AttemptRecord = {
       attempt: number,
       startedAt,
@@ -209,13 +310,11 @@ export const processDelivery = (row: ClaimedRow, worker: string, options: { read
       responseExcerpt: result.responseExcerpt
     }
     const delays = config.deliveryRetryDelays
+    const now = yield* Clock.currentTimeMillis
     let completion: Completion
     if (result.ok) completion = { _tag: "Done", status: result.confirmed ? "header_confirmed" : "delivered" }
     else if (!options.retries || result.final || number > delays.length) completion = { _tag: "Done", status: "failed" }
-    else {
-      const now = yield* Clock.currentTimeMillis
-      completion = { _tag: "Retry", at: new Date(now + Duration.toMillis(delays[number - 1]!)) }
-    }
+    else completion = { _tag: "Retry", at: new Date(stopped ? now : now + Duration.toMillis(delays[number - 1]!)) }
     // The attempt already happened: if the database is briefly unreachable, keep trying to record it
     // while the lease still holds rather than leave the row to be sent a second time.
     if (result.confirmed && check.discardOnConfirm) {
@@ -225,8 +324,9 @@ export const processDelivery = (row: ClaimedRow, worker: string, options: { read
         if (yield* queue.completeNow(row, record, completion, worker)) yield* attempts.discardContent(row)
       }).pipe(sql.withTransaction))
     } else {
-      // The first try joins the group commit; retries write alone.
-      let tries = 0
+      // The first try joins the group commit; retries write alone, as does an attempt cut short by
+      // the shutdown (the group writers may already be stopping).
+      let tries = stopped ? 1 : 0
       yield* recordWhileLeased(
         row,
         Effect.suspend(() => tries++ === 0 ? queue.complete(row, record, completion, worker) : queue.completeNow(row, record, completion, worker))
@@ -248,6 +348,10 @@ export const DispatcherLive = (options: DispatcherOptions = { concurrency: 64, p
     const kind = yield* DatabaseKind
     const worker = `w_${randomToken(8)}`
     const leaseMs = leaseMillis(config.deliveryTimeout)
+    // Made first, so its finalizer (interrupting the attempts still running) runs after the drain below.
+    const inFlight = yield* FiberSet.make<unknown, unknown>()
+    // Completed when draining runs out of time: attempts still running are cut short.
+    const stop = yield* Deferred.make<void>()
     const slots = yield* Effect.makeSemaphore(options.concurrency)
     const wake = yield* Effect.makeLatch(false)
     let free = options.concurrency
@@ -255,7 +359,7 @@ export const DispatcherLive = (options: DispatcherOptions = { concurrency: 64, p
     const context = yield* Effect.context<DeliveryQueue | DeliveryAttempts | AppConfig | SqlClient.SqlClient>()
 
     const runOne = (row: ClaimedRow) =>
-      processDelivery(row, worker, { retries: true }).pipe(
+      processDelivery(row, worker, { retries: true, stop: Deferred.await(stop) }).pipe(
         // A row still pending (a retry is scheduled) may be due before the idle claimer's next look.
         Effect.tap((status) => (status === "pending" ? wake.open : Effect.void)),
         Effect.catchTag("RecordingFailed", (e) =>
@@ -284,12 +388,17 @@ export const DispatcherLive = (options: DispatcherOptions = { concurrency: 64, p
       const expiredFirst = now - expiredCheckedAt >= EXPIRED_CHECK_MS
       if (expiredFirst) expiredCheckedAt = now
       const limit = Math.max(1, Math.min(free, MAX_CLAIM))
-      const rows = yield* queue.claim(worker, limit, leaseMs, expiredFirst)
-      for (const row of rows) {
-        yield* slots.take(1)
-        free--
-        yield* Effect.forkDaemon(runOne(row))
-      }
+      // A claim and the forks of its rows are not split by a stop: every claimed row gets its fiber.
+      const rows = yield* Effect.uninterruptible(Effect.gen(function*() {
+        const rows = yield* queue.claim(worker, limit, leaseMs, expiredFirst)
+        for (const row of rows) {
+          yield* slots.take(1)
+          free--
+          // Forked from an uninterruptible region, a fiber would inherit it: attempts stay interruptible.
+          yield* FiberSet.run(inFlight, Effect.interruptible(runOne(row)))
+        }
+        return rows
+      }))
       if (rows.length === 0) {
         const dueIn = yield* queue.nextDueIn
         const wait = Math.min(dueIn ?? options.pollMs * 4, kind.embedded ? options.pollMs : 1000)
@@ -302,10 +411,33 @@ export const DispatcherLive = (options: DispatcherOptions = { concurrency: 64, p
       }
     })
 
-    yield* round.pipe(
+    const claimer = yield* round.pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("delivery claim failed; retrying", cause).pipe(Effect.zipRight(Effect.sleep("1 second")))),
       Effect.forever,
-      Effect.forkScoped
+      Effect.forkDaemon
+    )
+    // Drain: no new claims; attempts in flight get most of the shutdown time to finish and be
+    // recorded (the rest is left for cutting the others short, the listeners and the database).
+    const drainMs = Math.floor(Duration.toMillis(config.shutdownTimeout) * 0.7)
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        yield* Fiber.interrupt(claimer)
+        const running = yield* FiberSet.size(inFlight)
+        if (running === 0) return
+        yield* Effect.logInfo(`stopping: waiting up to ${drainMs} ms for ${running} delivery attempt(s) in flight`)
+        // Interruptible: finalizers are not, and the timeout must be able to stop the wait.
+        const drained = yield* Effect.interruptible(FiberSet.awaitEmpty(inFlight)).pipe(
+          Effect.timeout(Duration.millis(drainMs)),
+          Effect.option
+        )
+        if (Option.isNone(drained)) {
+          const left = yield* FiberSet.size(inFlight)
+          yield* Effect.logWarning(`stopping: ${left} delivery attempt(s) still running are cut short and due again at the next start`)
+          yield* Deferred.succeed(stop, undefined)
+          // Each records its cut-short attempt or releases its row; the shutdown bound covers a stuck write.
+          yield* Effect.interruptible(FiberSet.awaitEmpty(inFlight))
+        }
+      })
     )
 
     // On PostgreSQL, NOTIFY from the enqueuing transaction wakes the claimer at commit.

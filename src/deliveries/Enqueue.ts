@@ -1,5 +1,5 @@
 /**
- * Routing of a stored inbound email to its delivery (CONTRACT.md "Delivery"): route → domain
+ * Routing of a stored inbound email to its delivery: route → domain
  * default → organization fallback (resolved with the recipient at RCPT time), then the
  * organization's filters, then the endpoint's rules and `event_types`. A match enqueues one delivery
  * with its event payload built once (stable event id), in the very statement that stores the email.

@@ -1,7 +1,8 @@
 /** Handlers of the Webhook deliveries area. */
 import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Clock, Effect, Layer, Option } from "effect"
+import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { MailroomApi } from "../Api.js"
 import { Conflict, NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
@@ -9,12 +10,13 @@ import { CurrentPrincipal } from "../contract/Security.js"
 import { EndpointsRepo } from "../endpoints/Repo.js"
 import { AppConfig } from "../platform/Config.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
+import { diagnose, eventIdOf } from "../webhooks/Diagnosis.js"
 import type { WebhookDelivery } from "./Api.js"
 import { totalExpression } from "./Counts.js"
 import { DeliveryAttempts, processDelivery } from "./Dispatcher.js"
 import { DeliveryQueue, type DeliveryRow, leaseMillis } from "./Queue.js"
 
-/** CONTRACT.md: replay is limited to 30 per minute per organization. */
+/** Replay is limited to 30 per minute per organization. */
 export const REPLAY_LIMIT = { limit: 30, windowSeconds: 60 } as const
 
 type Row = DeliveryRow & { endpoint_kind: string; endpoint_url: string | null; function_id: string | null }
@@ -47,6 +49,7 @@ export const DeliveriesHttpLive = HttpApiBuilder.group(MailroomApi, "deliveries"
     const endpoints = yield* EndpointsRepo
     const limiter = yield* RateLimiter
     const config = yield* AppConfig
+    const secrets = yield* WebhookSecrets
     const context = yield* Effect.context<DeliveryQueue | DeliveryAttempts | AppConfig | SqlClient.SqlClient>()
     const select = sql`SELECT d.*, e.kind AS endpoint_kind, e.url AS endpoint_url, e.function_id
                        FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id`
@@ -130,5 +133,30 @@ export const DeliveriesHttpLive = HttpApiBuilder.group(MailroomApi, "deliveries"
           const ok = status === "delivered" || status === "header_confirmed"
           return { delivered: ok ? 1 : 0, failed: ok ? 0 : 1, delivery_id: claimed.id }
         }))
-  }))
+      .handle("debugSignature", ({ payload }) =>
+        Effect.gen(function*() {
+          const { orgId } = yield* CurrentPrincipal
+          const known = yield* Effect.flatten(secrets.known(orgId)).pipe(
+            Effect.mapError(() => new NotFound({ message: "account not found" }))
+          )
+          const headerEventId = Object.entries(payload.headers)
+            .find(([k]) => k.trim().toLowerCase() === "mailroom-event-id")?.[1]?.trim()
+          const eventId = eventIdOf(payload.body) ?? (headerEventId !== undefined && headerEventId !== "" ? headerEventId : null)
+          const delivered = eventId === null ? [] : yield* sql<{ payload: string }>`
+            SELECT payload FROM deliveries WHERE org_id = ${orgId} AND event_id = ${eventId}
+            ORDER BY created_at LIMIT 1`.pipe(Effect.orDie)
+          const now = yield* Clock.currentTimeMillis
+          return diagnose({
+            headers: payload.headers,
+            body: payload.body,
+            nowSeconds: Math.floor(now / 1000),
+            secrets: {
+              current: known.current,
+              previous: Option.getOrNull(known.previous)
+            },
+            eventId,
+            delivered: delivered[0]?.payload ?? null
+          })
+        }))
+  })).pipe(Layer.provide(WebhookSecrets.Default))
 

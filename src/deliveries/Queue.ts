@@ -11,7 +11,7 @@
  */
 import { type SqlError, SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
-import { Cause, Clock, Duration, Effect, Exit } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, Option } from "effect"
 import { makeBatcher } from "../platform/Batching.js"
 import { randomToken } from "../platform/Secrets.js"
 
@@ -75,9 +75,12 @@ export interface DeliveryContext {
   readonly ctx_found: boolean
   readonly ctx_kind: "http" | "function" | null
   readonly ctx_url: string | null
+  readonly ctx_function_id: string | null
   readonly ctx_enabled: boolean | null
   readonly ctx_deactivated: boolean | null
   readonly ctx_secret: string | null
+  readonly ctx_previous_secret: string | null
+  readonly ctx_previous_expires_at: Date | null
   readonly ctx_discard_on_confirm: boolean | null
   readonly ctx_discarded: boolean
   readonly ctx_superseded: boolean
@@ -145,7 +148,9 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
     /** The rows of `source` (a CTE or subquery of deliveries) with their DeliveryContext. */
     const withContext = (source: Fragment) => sql`
       SELECT c.*, (e.id IS NOT NULL AND o.id IS NOT NULL) AS ctx_found, e.kind AS ctx_kind, e.url AS ctx_url,
+        e.function_id AS ctx_function_id,
         e.enabled AS ctx_enabled, e.deactivated_at IS NOT NULL AS ctx_deactivated, o.webhook_secret AS ctx_secret,
+        o.webhook_secret_previous AS ctx_previous_secret, o.webhook_secret_previous_expires_at AS ctx_previous_expires_at,
         o.discard_content_on_webhook_confirmed AS ctx_discard_on_confirm,
         EXISTS (SELECT 1 FROM emails m WHERE m.id = c.email_id AND m.content_discarded_at IS NOT NULL) AS ctx_discarded,
         EXISTS (SELECT 1 FROM deliveries s WHERE s.email_id = c.email_id AND s.endpoint_id = c.endpoint_id
@@ -330,6 +335,19 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
                    WHERE id = ${row.id} AND lease_owner = ${row.lease_owner}`
       })
 
+    /**
+     * Holds a claimed delivery for longer (a function attempt may run for the functions' wall clock,
+     * well past the HTTP timeout the claim was sized for); fenced by the claim token. Answers the
+     * row with its new lease end, or none when the claim was lost.
+     */
+    const extendLease = <R extends DeliveryRow>(row: R, leaseMs: number) =>
+      Effect.gen(function*() {
+        const at = new Date((yield* Clock.currentTimeMillis) + leaseMs)
+        const rows = yield* sql<{ id: string }>`UPDATE deliveries SET next_attempt_at = ${at}
+          WHERE id = ${row.id} AND lease_owner = ${row.lease_owner} AND status = 'pending' RETURNING id`
+        return rows.length === 0 ? Option.none<R>() : Option.some<R>({ ...row, next_attempt_at: at })
+      })
+
     /** Milliseconds until the next pending delivery is due (for idle workers), or null. */
     const nextDueIn = Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
@@ -338,6 +356,6 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
       return at ? Math.max(0, at.getTime() - now) : null
     })
 
-    return { enqueueStatement, insertClaimed, claim, complete, completeNow, dispatchFailed, nextDueIn } as const
+    return { enqueueStatement, insertClaimed, claim, complete, completeNow, dispatchFailed, extendLease, nextDueIn } as const
   })
 }) {}

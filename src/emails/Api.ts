@@ -1,7 +1,7 @@
 /** Contract of the Emails area: received mail, its raw MIME and attachments. */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { allErrors, DateTimeString, IdPath, Ok, OkList, Uuid } from "../contract/Envelope.js"
+import { allErrors, DateTimeFilter, DateTimeString, IdPath, Ok, OkList, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { Authentication } from "../contract/Security.js"
 
@@ -46,13 +46,24 @@ const summaryFields = {
 export const EmailSummary = Schema.Struct(summaryFields).annotations({ identifier: "EmailSummary" })
 export type EmailSummary = typeof EmailSummary.Type
 
+/**
+ * Header name → value, passed through as it is. Effect's `Schema.Record` rebuilds the object by
+ * assignment, which drops a header named `__proto__`; every header a message carried is kept.
+ */
+const HeaderMap = Schema.declare(
+  (u: unknown): u is { readonly [name: string]: string } =>
+    typeof u === "object" && u !== null && !Array.isArray(u) && Object.values(u).every((v) => typeof v === "string"),
+  {
+    description: "lower-cased header name → unfolded value; repeated headers joined with a newline",
+    jsonSchema: { type: "object", additionalProperties: { type: "string" } }
+  }
+)
+
 export const Email = Schema.Struct({
   ...summaryFields,
   in_reply_to: Schema.NullOr(Schema.String),
   references: Schema.Array(Schema.String),
-  headers: Schema.Record({ key: Schema.String, value: Schema.String }).annotations({
-    description: "lower-cased header name → unfolded value; repeated headers joined with a newline"
-  }),
+  headers: HeaderMap,
   text: Schema.NullOr(Schema.String),
   html: Schema.NullOr(Schema.String),
   attachments: Schema.Array(EmailAttachment),
@@ -70,8 +81,8 @@ export const EmailListParams = allErrors(Schema.Struct({
   sender: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(320)), { exact: true }),
   event_type: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(64)), { exact: true }),
   status: Schema.optionalWith(Schema.Literal("accepted", "rejected"), { exact: true }),
-  date_from: Schema.optionalWith(Schema.Date, { exact: true }),
-  date_to: Schema.optionalWith(Schema.Date, { exact: true })
+  date_from: Schema.optionalWith(DateTimeFilter, { exact: true }),
+  date_to: Schema.optionalWith(DateTimeFilter, { exact: true })
 }))
 
 export const DownloadParams = allErrors(Schema.Struct({

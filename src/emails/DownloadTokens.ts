@@ -1,14 +1,20 @@
 /**
- * Signed download tokens for the raw message and attachments (SPEC.md Authentication §5):
- * `<payload>.<signature>`, base64url, HMAC-SHA256 with a service key kept in PostgreSQL (shared by
- * every process), bound to the email id and the download kind, valid 24 hours.
+ * Signed download tokens for the raw message and attachments:
+ * `<payload>.<signature>`, base64url, HMAC-SHA256 with a key kept in PostgreSQL (shared by every
+ * process), bound to the email id and the download kind, valid 24 hours. The key is stored sealed
+ * (platform/Sealed.ts) under a key derived from the service key; a key stored in clear by an earlier
+ * version is sealed at start-up.
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
 import { createHmac, randomBytes } from "node:crypto"
 import { constantTimeEqual } from "../platform/Secrets.js"
+import { isSealed, open, seal } from "../platform/Sealed.js"
+import { ServiceKey } from "../platform/ServiceKey.js"
 
 export const DOWNLOAD_TOKEN_TTL_SECONDS = 24 * 3600
+export const SEAL_PURPOSE = "mailroom/download-token-key/v1"
+const KEY_NAME = "download_token_key"
 
 /** What a token lets its holder fetch: the raw MIME, the tarball, or one attachment by index. */
 export type DownloadKind = "raw" | "attachments" | `attachment:${number}`
@@ -24,13 +30,28 @@ interface Claims {
 export class DownloadTokens extends Effect.Service<DownloadTokens>()("mailroom/DownloadTokens", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const sealing = yield* Effect.flatMap(ServiceKey, (k) => k.derive(SEAL_PURPOSE))
     // Created once by whichever process gets there first; every process reads the same key.
-    yield* sql`INSERT INTO service_secrets (name, value) VALUES ('download_token_key', ${randomBytes(32).toString("base64url")})
+    yield* sql`INSERT INTO service_secrets (name, value)
+               VALUES (${KEY_NAME}, ${seal(sealing, randomBytes(32).toString("base64url"), KEY_NAME)})
                ON CONFLICT (name) DO NOTHING`.pipe(Effect.orDie)
-    const rows = yield* sql<{ value: string }>`SELECT value FROM service_secrets WHERE name = 'download_token_key'`.pipe(
+    const rows = yield* sql<{ value: string }>`SELECT value FROM service_secrets WHERE name = ${KEY_NAME}`.pipe(
       Effect.orDie
     )
-    const key = Buffer.from(rows[0]!.value, "base64url")
+    const stored = rows[0]!.value
+    if (!isSealed(stored)) {
+      // Written in clear by an earlier version: sealed in place (only if still that clear value).
+      yield* sql`UPDATE service_secrets SET value = ${seal(sealing, stored, KEY_NAME)}
+                 WHERE name = ${KEY_NAME} AND value = ${stored}`.pipe(Effect.orDie)
+    }
+    const opened = isSealed(stored) ? open(sealing, stored, KEY_NAME) : stored
+    if (opened === undefined) {
+      return yield* Effect.dieMessage(
+        "the download-token key does not decrypt: the service key (MAILROOM_SECRET_KEY, or the generated key " +
+          "in service_keys) is not the one it was sealed with"
+      )
+    }
+    const key = Buffer.from(opened, "base64url")
     const mac = (payload: string) => createHmac("sha256", key).update(payload).digest("base64url")
 
     const issue = (emailId: string, kind: DownloadKind) =>
@@ -57,5 +78,6 @@ export class DownloadTokens extends Effect.Service<DownloadTokens>()("mailroom/D
       })
 
     return { issue, verify } as const
-  })
+  }),
+  dependencies: [ServiceKey.Default]
 }) {}

@@ -1,5 +1,6 @@
 /** Handlers of the Emails area and the downloads (token or bearer). */
 import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import contentDisposition from "content-disposition"
 import { Effect, Layer, Option } from "effect"
 import { simpleParser } from "mailparser"
 import { Readable } from "node:stream"
@@ -135,6 +136,17 @@ const safeName = (name: string | undefined, i: number) => {
   return `${String(i).padStart(3, "0")}-${base}`
 }
 
+/**
+ * A filename from a message (a sender chose it, encoded words may decode to CR, LF or NUL) made fit
+ * for `Content-Disposition`: control characters become `_`, the encoder adds RFC 6266 `filename*`
+ * for anything outside ISO-8859-1 and keeps only the base name.
+ */
+export const headerSafeName = (name: string) => name.replace(/[\u0000-\u001f\u007f-\u009f]/g, "_").trim() || "attachment"
+
+/** A declared content type is the sender's too: a malformed one is served as opaque bytes. */
+const safeContentType = (type: string) =>
+  /^[\w.+-]+\/[\w.+-]+(\s*;\s*[\w.+-]+=("[^"\r\n]*"|[\w.+-]+))*$/.test(type) ? type : "application/octet-stream"
+
 const tarGz = (files: ReadonlyArray<{ name: string; content: Buffer }>) =>
   Effect.promise(async () => {
     const archive = pack()
@@ -192,8 +204,13 @@ export const DownloadsHttpLive = HttpApiBuilder.group(MailroomApi, "downloads", 
 
     const binary = (body: Uint8Array, contentType: string, filename: string) =>
       HttpServerResponse.uint8Array(body, {
-        contentType,
-        headers: { "content-disposition": `attachment; filename="${filename.replace(/"/g, "")}"`, "cache-control": "private, no-store" }
+        contentType: safeContentType(contentType),
+        headers: {
+          "content-disposition": contentDisposition(headerSafeName(filename), { type: "attachment" }),
+          "cache-control": "private, no-store",
+          // The sender chose the bytes and the declared type: a browser must not guess a more active one.
+          "x-content-type-options": "nosniff"
+        }
       })
 
     return handlers

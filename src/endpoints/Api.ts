@@ -1,4 +1,4 @@
-/** Contract of the Endpoints area (SPEC.md "Endpoint", "Rules object", "Endpoints"). */
+/** Contract of the Endpoints area. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict } from "../contract/Envelope.js"

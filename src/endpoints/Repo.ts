@@ -85,6 +85,13 @@ export class EndpointsRepo extends Effect.Service<EndpointsRepo>()("mailroom/End
       sql<EndpointRow>`SELECT * FROM endpoints WHERE org_id = ${orgId} AND function_id = ${functionId}
                        AND deactivated_at IS NULL`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
 
+    /** Whether the organization has this function (a function endpoint must name one of its own). */
+    const functionExists = (orgId: string, functionId: string) =>
+      sql<{ id: string }>`SELECT id FROM functions WHERE id = ${functionId} AND org_id = ${orgId}`.pipe(
+        Effect.map((rows) => rows.length > 0),
+        Effect.orDie
+      )
+
     const list = (orgId: string, limit: number, after: Position | undefined) =>
       pageWithTotal<EndpointRow>(sql, "endpoints", sql`org_id = ${orgId} AND deactivated_at IS NULL`, limit, after).pipe(Effect.orDie)
 
@@ -94,10 +101,11 @@ export class EndpointsRepo extends Effect.Service<EndpointsRepo>()("mailroom/End
           AND NOT is_route_target AND domain_id IS NOT DISTINCT FROM ${domainId}::uuid
           AND id IS DISTINCT FROM ${exceptId}::uuid`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
 
-    /** Active, enabled organization-wide webhooks (http endpoints without a domain). */
+    /** Active, enabled organization-wide default webhooks (http endpoints without a domain, not route targets). */
     const countGlobalWebhooks = (orgId: string, exceptId: string | null) =>
       sql<{ n: number }>`SELECT count(*)::int AS n FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL
-          AND enabled AND kind = 'http' AND domain_id IS NULL AND id IS DISTINCT FROM ${exceptId}::uuid`.pipe(
+          AND enabled AND kind = 'http' AND domain_id IS NULL AND NOT is_route_target
+          AND id IS DISTINCT FROM ${exceptId}::uuid`.pipe(
         Effect.map((rows) => rows[0]!.n),
         Effect.orDie
       )
@@ -129,6 +137,6 @@ export class EndpointsRepo extends Effect.Service<EndpointsRepo>()("mailroom/End
         return Option.fromNullable(rows[0])
       })).pipe(Effect.orDie)
 
-    return { insert, find, findAny, findByFunction, list, slotHolder, countGlobalWebhooks, update, deactivate } as const
+    return { insert, find, findAny, findByFunction, functionExists, list, slotHolder, countGlobalWebhooks, update, deactivate } as const
   })
 }) {}

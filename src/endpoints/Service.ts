@@ -1,5 +1,5 @@
 /**
- * Endpoint rules (SPEC.md "Endpoints" 1-5 and the Endpoint state table), shared by the Endpoints
+ * Endpoint rules (creation, update, slots and the endpoint states), shared by the Endpoints
  * handlers and by Routes (which create route-target endpoints for functions).
  */
 import { Effect, Option } from "effect"
@@ -8,7 +8,7 @@ import { Conflict, Forbidden, NotFound, ValidationError } from "../contract/Erro
 import { LIMITS } from "../contract/Plans.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { Dns } from "../net/Dns.js"
-import { checkUrl } from "../net/Ssrf.js"
+import { checkUrl, PRIVATE_URLS_HINT } from "../net/Ssrf.js"
 import { AppConfig } from "../platform/Config.js"
 import type { CreateEndpoint, UpdateEndpoint } from "./Api.js"
 import { type EndpointRow, EndpointsRepo } from "./Repo.js"
@@ -27,7 +27,14 @@ export class EndpointsService extends Effect.Service<EndpointsService>()("mailro
     const checkedUrl = (url: string) =>
       checkUrl(url, { allowPrivate: config.webhookAllowPrivateUrls }).pipe(
         Effect.provideService(Dns, dns),
-        Effect.mapError((e) => invalid("url", e.reason)),
+        Effect.mapError((e) =>
+          e.wouldAllowPrivate === true
+            ? new ValidationError({
+              message: `url: ${e.reason}; ${PRIVATE_URLS_HINT}`,
+              details: { issues: [{ field: "url", reason: e.reason }], hint: PRIVATE_URLS_HINT }
+            })
+            : invalid("url", e.reason)
+        ),
         Effect.map((c) => c.url.toString())
       )
 
@@ -50,9 +57,16 @@ export class EndpointsService extends Effect.Service<EndpointsService>()("mailro
           })
         ))
 
-    /** Free plans allow `webhooks_max_global` enabled organization-wide webhooks, route targets included. */
-    const checkGlobalWebhooks = (orgId: string, e: { kind: string; domainId: string | null; enabled: boolean }, exceptId: string | null) =>
-      e.kind !== "http" || e.domainId !== null || !e.enabled ? Effect.void : Effect.gen(function*() {
+    /**
+     * `webhooks_max_global` counts enabled organization-wide default webhooks (the fallback slot);
+     * route targets hold no slot and never count, on any plan.
+     */
+    const checkGlobalWebhooks = (
+      orgId: string,
+      e: { kind: string; domainId: string | null; enabled: boolean; isRouteTarget: boolean },
+      exceptId: string | null
+    ) =>
+      e.kind !== "http" || e.domainId !== null || !e.enabled || e.isRouteTarget ? Effect.void : Effect.gen(function*() {
         const plan = yield* plans.planOf(orgId)
         const max = LIMITS[plan].webhooks_max_global
         if (max === null) return
@@ -75,6 +89,9 @@ export class EndpointsService extends Effect.Service<EndpointsService>()("mailro
         } else {
           if (input.url !== undefined) return yield* invalid("url", "is only allowed for kind http")
           if (input.function_id === undefined) return yield* invalid("function_id", "is required for kind function")
+          if (!(yield* repo.functionExists(orgId, input.function_id))) {
+            return yield* new NotFound({ message: `no function ${input.function_id}` })
+          }
           const existing = yield* repo.findByFunction(orgId, input.function_id)
           if (Option.isSome(existing)) return { row: existing.value, created: false }
         }

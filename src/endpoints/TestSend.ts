@@ -1,7 +1,8 @@
 /**
  * POST /endpoints/{id}/test: a synthetic `email.received`, signed like a real delivery, sent once.
- * Limits (SPEC.md "Limits"): 30 per hour per organization for every test; 4 per minute for tests
- * that fail, except tests to a URL on one of the organization's verified domains.
+ * Limits: 30 per hour per organization for every test sent; 4 per minute for tests that fail,
+ * except tests to a URL on one of the organization's verified domains. A test in flight holds a
+ * per-minute slot until it succeeds.
  */
 import { Clock, Duration, Effect, Option } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
@@ -16,7 +17,7 @@ import { LEGACY_SIGNATURE_HEADER, sign, SIGNATURE_HEADER } from "../webhooks/Sig
 import { serializeEvent, syntheticEmailReceived } from "../webhooks/Payload.js"
 import { postJson } from "../webhooks/Sender.js"
 import type { TestResult } from "./Api.js"
-import { EndpointsRepo } from "./Repo.js"
+import { type EndpointRow, EndpointsRepo } from "./Repo.js"
 import { invalid } from "./Service.js"
 
 export const TESTS_PER_MINUTE = { limit: 4, windowSeconds: 60 } as const
@@ -49,25 +50,33 @@ export class EndpointTester extends Effect.Service<EndpointTester>()("mailroom/E
         const verified = yield* domains.verifiedNames(orgId)
         const exempt = verified.some((d) => host === d || host.endsWith(`.${d}`))
 
+        // The per-minute slot is reserved before the attempt, atomically, and given back when the
+        // test succeeds (or is never sent): concurrent tests can never spend more than are left.
         const minuteKey = `endpoint-test:min:org:${orgId}`
-        if (!exempt) {
-          const d = yield* limiter.peek(minuteKey, TESTS_PER_MINUTE)
-          if (!d.allowed) {
-            yield* setLimitHeaders(d, true)
-            return yield* new RateLimitExceeded({
-              message: `endpoint tests: ${TESTS_PER_MINUTE.limit} failed tests per minute reached; retry in ${d.retryAfter} s`,
-              details: { limit: d.limit, window_seconds: d.windowSeconds, retry_after: d.retryAfter }
-            })
-          }
+        const minute = exempt ? undefined : yield* limiter.reserve(minuteKey, TESTS_PER_MINUTE)
+        if (minute !== undefined && !minute.decision.allowed) {
+          const d = minute.decision
+          yield* setLimitHeaders(d, true)
+          return yield* new RateLimitExceeded({
+            message: `endpoint tests: ${TESTS_PER_MINUTE.limit} failed tests per minute reached; retry in ${d.retryAfter} s`,
+            details: { limit: d.limit, window_seconds: d.windowSeconds, retry_after: d.retryAfter }
+          })
         }
-        yield* limiter.enforce(`endpoint-test:hour:org:${orgId}`, TESTS_PER_HOUR, "endpoint tests")
+        const giveBack = minute?.release ?? Effect.void
+        const result = yield* send(orgId, endpoint, endpoint.url, managedInboxAddress).pipe(Effect.tapError(() => giveBack))
+        if (result.delivered) yield* giveBack
+        return result
+      })
 
+    const send = (orgId: string, endpoint: EndpointRow, endpointUrl: string, managedInboxAddress: string | null) =>
+      Effect.gen(function*() {
+        yield* limiter.enforce(`endpoint-test:hour:org:${orgId}`, TESTS_PER_HOUR, "endpoint tests")
         // Resolved and checked again now: DNS may have changed since the endpoint was saved.
-        const target = yield* checkUrl(endpoint.url, { allowPrivate: config.webhookAllowPrivateUrls }).pipe(
+        const target = yield* checkUrl(endpointUrl, { allowPrivate: config.webhookAllowPrivateUrls }).pipe(
           Effect.provideService(Dns, dns),
           Effect.mapError((e) => invalid("url", e.reason))
         )
-        const secret = yield* Effect.map(secrets.get(orgId), Option.getOrElse(() => ""))
+        const secret = yield* Effect.map(secrets.signing(orgId), Option.getOrElse((): ReadonlyArray<string> => [""]))
         const now = yield* Clock.currentTimeMillis
         const domainName = endpoint.domain_id === null ? undefined : yield* Effect.map(
           domains.find(orgId, endpoint.domain_id),
@@ -86,13 +95,13 @@ export class EndpointTester extends Effect.Service<EndpointTester>()("mailroom/E
             "user-agent": USER_AGENT,
             "mailroom-event": event.event,
             "mailroom-event-id": event.id,
+            "mailroom-attempt": "1",
             "mailroom-test": "true"
           },
           timeoutMs,
           maxResponseBytes: RESPONSE_BODY_LIMIT
         })
         const delivered = result.statusCode !== null && result.statusCode >= 200 && result.statusCode < 300
-        if (!delivered && !exempt) yield* limiter.record(minuteKey, TESTS_PER_MINUTE)
         return {
           status_code: result.statusCode,
           response_body: result.responseBody,

@@ -1,4 +1,4 @@
-/** Contract of the Filters area (SPEC.md "Filter", "Filters"). */
+/** Contract of the Filters area. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict } from "../contract/Envelope.js"

@@ -1,5 +1,5 @@
 /**
- * Applying organization filters and endpoint rules to one inbound message (CONTRACT.md "Delivery":
+ * Applying organization filters and endpoint rules to one inbound message (
  * organization filters, then the endpoint's `rules`, then its `event_types`), for the inbound
  * pipeline. Pure functions: the caller loads the filters and the endpoint (the route resolver does, with
  * the recipient).

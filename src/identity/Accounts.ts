@@ -40,14 +40,24 @@ export class Accounts extends Effect.Service<Accounts>()("mailroom/Accounts", {
 
     /** A person and their own `plan` organization with them as owner. */
     const createUserWithOrganization = (
-      input: { readonly email: string; readonly passwordHash: string | null; readonly plan: Plan; readonly orgName: string | null }
+      input: {
+        readonly email: string
+        readonly passwordHash: string | null
+        readonly plan: Plan
+        readonly orgName: string | null
+        readonly inboxName?: string
+      }
     ) =>
       Effect.gen(function*() {
         const users = yield* sql<{ id: string }>`
           INSERT INTO users (email, password_hash) VALUES (${normalizeEmail(input.email)}, ${input.passwordHash})
           RETURNING id`
         const userId = users[0]!.id
-        const org = yield* provisioning.createOrganization({ name: input.orgName, plan: input.plan })
+        const org = yield* provisioning.createOrganization({
+          name: input.orgName,
+          plan: input.plan,
+          ...(input.inboxName === undefined ? {} : { inboxName: input.inboxName })
+        })
         yield* sql`INSERT INTO memberships (org_id, user_id, role) VALUES (${org.id}, ${userId}, 'owner')`
         return { userId, orgId: org.id, orgName: org.name }
       }).pipe(Effect.orDie)

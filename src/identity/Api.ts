@@ -1,6 +1,7 @@
-/** Contract of the CLI and agent authentication area (SPEC.md "CLI and agent authentication"). */
+/** Contract of the CLI and agent authentication area. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { EmailAddress } from "../contract/EmailAddress.js"
 import { IdempotencyHeaders, Ok, strict } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { PlanLimits } from "../contract/Plans.js"
@@ -43,9 +44,9 @@ export class AgentAccountsApi extends HttpApiGroup.make("agentAccounts")
   .annotate(OpenApi.Description, "Emailless agent accounts")
 {}
 
-// --- CLI and agent authentication (SPEC.md "CLI and agent authentication") --------------------
+// --- CLI and agent authentication ---------------------------------------------------------------
 
-/** SPEC.md Limits: metadata serialized at most 2048 bytes. */
+/** Metadata serialized at most 2048 bytes. */
 export const METADATA_MAX_BYTES = 2048
 export const Metadata = Schema.Record({ key: Schema.String, value: Schema.Unknown }).pipe(
   Schema.filter((m) =>
@@ -54,10 +55,6 @@ export const Metadata = Schema.Record({ key: Schema.String, value: Schema.Unknow
   )
 ).annotations({ description: `free-form object; serialized at most ${METADATA_MAX_BYTES} bytes` })
 
-export const Email = Schema.String.pipe(
-  Schema.maxLength(254),
-  Schema.pattern(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, { message: () => "must be an email address" })
-).annotations({ format: "email", description: "email address, at most 254 characters" })
 
 const Secret = (description: string) => Schema.String.pipe(Schema.minLength(1)).annotations({ description })
 export const VerificationCode = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(32)).annotations({
@@ -108,7 +105,7 @@ export const AgentTokenSet = Schema.Struct({ ...tokenSetFields, orgs: Schema.Arr
   .annotations({ identifier: "AgentTokenSet" })
 
 export const SignupStartBody = strict(Schema.Struct({
-  email: Email,
+  email: EmailAddress,
   terms_accepted: TermsAccepted,
   signup_code: opt(SignupCode),
   device_name: opt(DeviceName),
@@ -143,7 +140,7 @@ export const PendingSignupResent = Schema.Struct(pendingFields).annotations({ id
 export const RefreshBody = strict(Schema.Struct({ refresh_token: Secret("the refresh token of the current token set") }))
   .annotations({ identifier: "TokenRefresh" })
 
-/** SPEC.md marks some bodies optional: an empty body means `{}` (see OptionalBody.ts). */
+/** Some bodies are optional: an empty body means `{}` (see OptionalBody.ts). */
 const optionalRequestBody = (op: Record<string, any>): Record<string, any> =>
   op.requestBody === undefined ? op : { ...op, requestBody: { ...op.requestBody, required: false } }
 
@@ -243,7 +240,7 @@ export class AuthApi extends HttpApiGroup.make("auth")
 
 // --- Claim and logout (bearer) -----------------------------------------------------------------
 
-export const ClaimStartBody = strict(Schema.Struct({ email: Email })).annotations({ identifier: "ClaimStart" })
+export const ClaimStartBody = strict(Schema.Struct({ email: EmailAddress })).annotations({ identifier: "ClaimStart" })
 export const ClaimSession = Schema.Struct({
   claim_session_id: Schema.String,
   resend_after_seconds: Schema.Int,

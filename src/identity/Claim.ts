@@ -1,5 +1,5 @@
 /**
- * Claim of an emailless agent organization (SPEC.md "Account plan"): a person's email is verified
+ * Claim of an emailless agent organization: a person's email is verified
  * with a mailed code, becomes the owner, and the organization moves from `agent` to `developer`
  * keeping its id, API keys and managed inbox. A claim link lets a person finish it in the browser.
  */
@@ -14,7 +14,9 @@ import { AppConfig } from "../platform/Config.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
 import { constantTimeEqual, randomToken, sha256Hex } from "../platform/Secrets.js"
 import { Accounts, normalizeEmail } from "./Accounts.js"
-import { codeHash, MAX_WRONG_CODES, newNumericCode, RESEND_AFTER_SECONDS, SIGNUP_TTL_SECONDS } from "./Codes.js"
+import { CodeHasher } from "./CodeHasher.js"
+import { MAX_WRONG_CODES, newNumericCode, RESEND_AFTER_SECONDS, SIGNUP_TTL_SECONDS } from "./Codes.js"
+import { Lockout } from "./Lockout.js"
 import { tooSoon } from "./Signup.js"
 
 export const CLAIM_TTL_SECONDS = SIGNUP_TTL_SECONDS
@@ -42,6 +44,8 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
     const mailer = yield* Mailer
     const accounts = yield* Accounts
     const config = yield* AppConfig
+    const hasher = yield* CodeHasher
+    const lockout = yield* Lockout
 
     const organization = (orgId: string) =>
       Effect.flatMap(
@@ -64,11 +68,18 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
           ? Effect.fail(new Conflict({ message: "this email already belongs to an account; use another address" }))
           : Effect.void)
 
+    /**
+     * Answers the same for an address that has an account and one that has none, so the start
+     * cannot tell them apart: limits first, then a claim session either way. An unknown address
+     * gets the code; a known one gets a notice instead and its session holds the hash of a code
+     * nobody is sent, so a verification there is a wrong code like any other.
+     */
     const start = (orgId: string, rawEmail: string) =>
       Effect.gen(function*() {
         const email = normalizeEmail(rawEmail)
         const org = yield* claimable(orgId)
-        yield* emailFree(email)
+        yield* limiter.enforce(`claim-start:org:${orgId}`, CLAIM_LIMITS.startPerOrg, "claim attempts for this account")
+        yield* limiter.enforce(`claim-start:email:${email}`, CLAIM_LIMITS.startPerEmail, "claim emails to this address")
         const now = yield* Clock.currentTimeMillis
         const open = yield* sql<{ last_sent_at: Date }>`
           SELECT last_sent_at FROM claim_sessions
@@ -80,20 +91,22 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
             return yield* tooSoon("claim verification email", RESEND_AFTER_SECONDS - elapsed, RESEND_AFTER_SECONDS, now)
           }
         }
-        yield* limiter.enforce(`claim-start:org:${orgId}`, CLAIM_LIMITS.startPerOrg, "claim attempts for this account")
-        yield* limiter.enforce(`claim-start:email:${email}`, CLAIM_LIMITS.startPerEmail, "claim emails to this address")
+        const known = Option.isSome(yield* accounts.findUser(email))
         const id = randomUUID()
         const code = newNumericCode()
+        const stored = known ? randomToken(40) : code
         yield* sql.withTransaction(Effect.gen(function*() {
           // A new code replaces every earlier open one.
           yield* sql`UPDATE claim_sessions SET voided_at = ${new Date(now)}
                      WHERE org_id = ${orgId} AND completed_at IS NULL AND voided_at IS NULL`
           yield* sql`INSERT INTO claim_sessions (id, org_id, email, code_hash, last_sent_at, expires_at)
-                     VALUES (${id}, ${orgId}, ${email}, ${codeHash("claim", id, code)}, ${new Date(now)},
+                     VALUES (${id}, ${orgId}, ${email}, ${hasher.code("claim", id, stored)}, ${new Date(now)},
                              ${new Date(now + CLAIM_TTL_SECONDS * 1000)})`
         })).pipe(Effect.orDie)
-        yield* mailer.send({ to: email, ...Templates.claimCode(code, CLAIM_TTL_SECONDS / 60, org.managed_inbox_address) })
-          .pipe(Effect.orDie)
+        const content = known
+          ? Templates.claimAttemptNotice(org.managed_inbox_address)
+          : Templates.claimCode(code, CLAIM_TTL_SECONDS / 60, org.managed_inbox_address)
+        yield* mailer.send({ to: email, ...content }).pipe(Effect.orDie)
         return { claim_session_id: id, resend_after_seconds: RESEND_AFTER_SECONDS, expires_in_seconds: CLAIM_TTL_SECONDS }
       }).pipe(Effect.withSpan("Claim.start"))
 
@@ -115,12 +128,28 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
             new ClaimExpired({ message: "the claim code expired or was voided; start the claim again" })
           )
         }
-        if (!constantTimeEqual(codeHash("claim", s.id, code), s.code_hash)) {
-          const updated = yield* sql<{ failed_attempts: number }>`
-            UPDATE claim_sessions SET failed_attempts = failed_attempts + 1,
-              voided_at = CASE WHEN failed_attempts + 1 >= ${MAX_WRONG_CODES} THEN now() ELSE voided_at END
-            WHERE id = ${s.id} RETURNING failed_attempts`.pipe(Effect.orDie)
-          const left = Math.max(0, MAX_WRONG_CODES - (updated[0]?.failed_attempts ?? MAX_WRONG_CODES))
+        // Under the email's lockout; the row is read again inside it (a concurrent guess may have voided it).
+        const outcome = yield* lockout.attempt(
+          s.email,
+          Effect.gen(function*() {
+            const rows = yield* sql<{ code_hash: string; voided_at: Date | null }>`
+              SELECT code_hash, voided_at FROM claim_sessions WHERE id = ${s.id} FOR UPDATE`
+            const row = rows[0]
+            if (!row || row.voided_at !== null) return { ok: false, void: true, left: 0 } as const
+            if (constantTimeEqual(hasher.code("claim", s.id, code), row.code_hash)) return { ok: true, void: false, left: 0 } as const
+            const updated = yield* sql<{ failed_attempts: number }>`
+              UPDATE claim_sessions SET failed_attempts = failed_attempts + 1,
+                voided_at = CASE WHEN failed_attempts + 1 >= ${MAX_WRONG_CODES} THEN now() ELSE voided_at END
+              WHERE id = ${s.id} RETURNING failed_attempts`
+            return { ok: false, void: false, left: Math.max(0, MAX_WRONG_CODES - (updated[0]?.failed_attempts ?? MAX_WRONG_CODES)) } as const
+          }).pipe(Effect.orDie),
+          (o) => !o.ok && !o.void
+        )
+        if (outcome.void) {
+          return yield* Effect.fail(new ClaimExpired({ message: "the claim code expired or was voided; start the claim again" }))
+        }
+        if (!outcome.ok) {
+          const left = outcome.left
           return yield* Effect.fail(
             new InvalidGrant({
               message: left > 0 ? `wrong verification code; ${left} attempts left` : "wrong verification code; the claim is void, start again",
@@ -171,5 +200,5 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
 
     return { start, verify, link, linkTarget, organization } as const
   }),
-  dependencies: [Accounts.Default]
+  dependencies: [Accounts.Default, CodeHasher.Default, Lockout.Default]
 }) {}

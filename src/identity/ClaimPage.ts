@@ -7,6 +7,7 @@
 import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
+import { isPlainEmailAddress } from "../contract/EmailAddress.js"
 import { Claim } from "./Claim.js"
 import { escapeHtml, formFields, hidden, message, page, queryParam, sameOrigin, seeOther } from "./Html.js"
 
@@ -87,7 +88,7 @@ export const ClaimPageLive = HttpApiBuilder.Router.use((router) =>
     yield* router.post("/claim/send-code", action((orgId, fields, token) =>
       Effect.gen(function*() {
         const email = (fields["email"] ?? "").trim()
-        if (email.length > 254 || !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email)) {
+        if (!isPlainEmailAddress(email)) {
           return yield* Effect.fail({ _tag: "ValidationError", message: "Enter a valid email address." })
         }
         yield* claim.start(orgId, email)

@@ -1,11 +1,10 @@
 /**
  * Short human codes (emailed digits, device user codes) and password hashing.
- * Short codes are hashed together with the id of what they unlock, so equal codes of two sessions
- * never share a hash; wrong guesses are capped per session (CONTRACT.md: 5 wrong codes void it).
+ * Short codes are stored keyed-hashed (CodeHasher) together with the id of what they unlock;
+ * wrong guesses are capped per session (5 wrong codes void it) and per email (Lockout).
  */
 import { randomInt, scrypt, timingSafeEqual, randomBytes } from "node:crypto"
 import { Effect } from "effect"
-import { sha256Hex } from "../platform/Secrets.js"
 
 export const CODE_LENGTH = 6
 export const MAX_WRONG_CODES = 5
@@ -20,9 +19,6 @@ export const newNumericCode = (length = CODE_LENGTH): string => {
 
 /** Digits only: people paste codes with spaces or dashes. */
 export const normalizeNumericCode = (raw: string) => raw.replace(/[\s-]/g, "")
-
-export const codeHash = (purpose: string, sessionId: string, code: string) =>
-  sha256Hex(`${purpose}:${sessionId}:${normalizeNumericCode(code)}`)
 
 /** RFC 8628 user codes: 4 letters, hyphen, 4 letters, from an alphabet without vowels. */
 export const USER_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"
@@ -44,8 +40,6 @@ export const normalizeUserCode = (raw: string): string => {
   const code = `${letters.slice(0, 4)}-${letters.slice(4)}`
   return USER_CODE_PATTERN.test(code) ? code : ""
 }
-
-export const userCodeHash = (userCode: string) => sha256Hex(`user_code:${userCode}`)
 
 // --- passwords: scrypt (memory-hard), parameters stored with the hash -------------------------
 const N = 1 << 15
@@ -76,6 +70,6 @@ export const verifyPassword = (password: string, stored: string) =>
     return actual.length === expected.length && timingSafeEqual(actual, expected)
   }).pipe(Effect.orDie)
 
-/** CONTRACT-silent policy (README): at least 8 characters, not only whitespace. */
+/** Password policy (docs/decisions.md): at least 8 characters, not only whitespace. */
 export const passwordProblem = (password: string): string | null =>
   password.trim().length < 8 ? "must be at least 8 characters" : null

@@ -9,7 +9,8 @@ import { AccessDenied, AuthorizationPending, ExpiredToken, InvalidGrant, SlowDow
 import { AppConfig } from "../platform/Config.js"
 import { randomToken, sha256Hex } from "../platform/Secrets.js"
 import type { TokenSet } from "./Api.js"
-import { newUserCode, normalizeUserCode, userCodeHash } from "./Codes.js"
+import { CodeHasher } from "./CodeHasher.js"
+import { newUserCode, normalizeUserCode } from "./Codes.js"
 import { CLIENT_IDS, Grants } from "./Grants.js"
 
 export const LOGIN_TTL_SECONDS = 900
@@ -34,6 +35,7 @@ export class DeviceLogin extends Effect.Service<DeviceLogin>()("mailroom/DeviceL
     const sql = yield* SqlClient.SqlClient
     const config = yield* AppConfig
     const grants = yield* Grants
+    const hasher = yield* CodeHasher
 
     const start = (input: { readonly device_name?: string; readonly metadata?: { readonly [k: string]: unknown } }) =>
       Effect.gen(function*() {
@@ -42,7 +44,7 @@ export class DeviceLogin extends Effect.Service<DeviceLogin>()("mailroom/DeviceL
         // A pending user code is unique; a collision (1 in 25 billion) just draws again.
         const insert = (userCode: string) =>
           sql`INSERT INTO device_logins (device_code_hash, user_code_hash, device_name, metadata, interval_seconds, expires_at)
-              VALUES (${sha256Hex(deviceCode)}, ${userCodeHash(userCode)}, ${input.device_name ?? null},
+              VALUES (${sha256Hex(deviceCode)}, ${hasher.userCode(userCode)}, ${input.device_name ?? null},
                       ${input.metadata === undefined ? null : JSON.stringify(input.metadata)}::jsonb,
                       ${POLL_INTERVAL_SECONDS}, ${new Date(now + LOGIN_TTL_SECONDS * 1000)})`.pipe(Effect.as(userCode))
         const userCode = yield* Effect.suspend(() => insert(newUserCode())).pipe(
@@ -131,7 +133,7 @@ export class DeviceLogin extends Effect.Service<DeviceLogin>()("mailroom/DeviceL
         const now = yield* Clock.currentTimeMillis
         const rows = yield* sql<{ id: string; device_name: string | null; expires_at: Date }>`
           SELECT id, device_name, expires_at FROM device_logins
-          WHERE user_code_hash = ${userCodeHash(userCode)} AND status = 'pending' AND expires_at > ${new Date(now)}`
+          WHERE user_code_hash = ${hasher.userCode(userCode)} AND status = 'pending' AND expires_at > ${new Date(now)}`
         return Option.map(Option.fromNullable(rows[0]), (r): PendingLogin => ({
           id: r.id,
           userCode,
@@ -162,5 +164,5 @@ export class DeviceLogin extends Effect.Service<DeviceLogin>()("mailroom/DeviceL
 
     return { start, poll, pending, approve, deny } as const
   }),
-  dependencies: [Grants.Default]
+  dependencies: [Grants.Default, CodeHasher.Default]
 }) {}

@@ -1,6 +1,10 @@
 /**
  * Browser sessions of the `/device` page: a cookie (stored hashed) that first holds an emailed
  * sign-in code, then the signed-in person. Short-lived; 5 wrong codes drop the pending sign-in.
+ *
+ * Against session fixation: the page accepts only cookies it signed itself (CodeHasher), the
+ * cookie is replaced at sign-in (a cookie known before sign-in is worthless after it), and a
+ * sign-in holds for the one CLI login (user code) it was made for.
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
@@ -9,7 +13,9 @@ import { Mailer } from "../mail/Mailer.js"
 import { Templates } from "../mail/Templates.js"
 import { constantTimeEqual, sha256Hex } from "../platform/Secrets.js"
 import { Accounts, normalizeEmail } from "./Accounts.js"
-import { codeHash, MAX_WRONG_CODES, newNumericCode } from "./Codes.js"
+import { CodeHasher } from "./CodeHasher.js"
+import { MAX_WRONG_CODES, newNumericCode } from "./Codes.js"
+import { Lockout } from "./Lockout.js"
 
 export const WEB_SESSION_TTL_SECONDS = 30 * 60
 export const WEB_CODE_TTL_SECONDS = 10 * 60
@@ -20,62 +26,86 @@ export interface WebSession {
   readonly userId: string | null
   readonly pendingEmail: string | null
   readonly codeExpiresAt: Date | null
+  /** The device login this session signs in for (set when the code is sent). */
+  readonly loginId: string | null
 }
 
-export type CodeCheck = "ok" | "wrong" | "expired" | "none"
+export type CodeCheck =
+  | { readonly _tag: "Ok"; readonly cookie: string }
+  | { readonly _tag: "Wrong" }
+  | { readonly _tag: "Expired" }
+  | { readonly _tag: "None" }
+
+interface Row {
+  id: string
+  user_id: string | null
+  pending_email: string | null
+  code_expires_at: Date | null
+  login_id: string | null
+}
+
+const toSession = (r: Row): WebSession => ({
+  id: r.id,
+  userId: r.user_id,
+  pendingEmail: r.pending_email,
+  codeExpiresAt: r.code_expires_at,
+  loginId: r.login_id
+})
 
 export class DeviceWeb extends Effect.Service<DeviceWeb>()("mailroom/DeviceWeb", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const mailer = yield* Mailer
     const accounts = yield* Accounts
+    const hasher = yield* CodeHasher
+    const lockout = yield* Lockout
 
-    /** The session of a cookie, if it has a live row. */
+    /** The session of a cookie the page issued, if it has a live row. */
     const find = (token: string) =>
       Effect.gen(function*() {
+        if (!hasher.issuedCookie(token)) return Option.none<WebSession>()
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<{ id: string; user_id: string | null; pending_email: string | null; code_expires_at: Date | null }>`
-          SELECT id, user_id, pending_email, code_expires_at FROM device_web_sessions
+        const rows = yield* sql<Row>`
+          SELECT id, user_id, pending_email, code_expires_at, login_id FROM device_web_sessions
           WHERE token_hash = ${sha256Hex(token)} AND expires_at > ${new Date(now)}`
-        return Option.map(Option.fromNullable(rows[0]), (r): WebSession => ({
-          id: r.id,
-          userId: r.user_id,
-          pendingEmail: r.pending_email,
-          codeExpiresAt: r.code_expires_at
-        }))
+        return Option.map(Option.fromNullable(rows[0]), toSession)
       }).pipe(Effect.orDie)
 
     /**
-     * The row behind a cookie, created on the first form post only: the GET of the page is exempt
-     * from rate limiting, so it must not write. An expired row is reset for the same cookie.
+     * The row behind an issued cookie, created on the first form post only (a page view writes
+     * nothing). An expired row is reset for the same cookie.
      */
     const ensure = (token: string) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const expires = new Date(now + WEB_SESSION_TTL_SECONDS * 1000)
-        const rows = yield* sql<{ id: string; user_id: string | null; pending_email: string | null; code_expires_at: Date | null }>`
+        const live = sql`s.expires_at > ${new Date(now)}`
+        const rows = yield* sql<Row>`
           INSERT INTO device_web_sessions AS s (id, token_hash, expires_at)
           VALUES (${randomUUID()}, ${sha256Hex(token)}, ${expires})
           ON CONFLICT (token_hash) DO UPDATE SET
-            user_id = CASE WHEN s.expires_at > ${new Date(now)} THEN s.user_id END,
-            pending_email = CASE WHEN s.expires_at > ${new Date(now)} THEN s.pending_email END,
-            code_hash = CASE WHEN s.expires_at > ${new Date(now)} THEN s.code_hash END,
-            code_expires_at = CASE WHEN s.expires_at > ${new Date(now)} THEN s.code_expires_at END,
-            expires_at = CASE WHEN s.expires_at > ${new Date(now)} THEN s.expires_at ELSE ${expires} END
-          RETURNING id, user_id, pending_email, code_expires_at`
-        const r = rows[0]!
-        return { id: r.id, userId: r.user_id, pendingEmail: r.pending_email, codeExpiresAt: r.code_expires_at } satisfies WebSession
+            user_id = CASE WHEN ${live} THEN s.user_id END,
+            pending_email = CASE WHEN ${live} THEN s.pending_email END,
+            code_hash = CASE WHEN ${live} THEN s.code_hash END,
+            code_expires_at = CASE WHEN ${live} THEN s.code_expires_at END,
+            login_id = CASE WHEN ${live} THEN s.login_id END,
+            expires_at = CASE WHEN ${live} THEN s.expires_at ELSE ${expires} END
+          RETURNING id, user_id, pending_email, code_expires_at, login_id`
+        return toSession(rows[0]!)
       }).pipe(Effect.orDie)
 
-    /** Mails a sign-in code when the address has an account, a hint otherwise; the page says the same either way. */
-    const sendCode = (sessionId: string, rawEmail: string, signupHint: string) =>
+    /**
+     * Mails a sign-in code for one device login when the address has an account, a hint
+     * otherwise; the page says the same either way. Any earlier sign-in of the session ends.
+     */
+    const sendCode = (sessionId: string, rawEmail: string, loginId: string, signupHint: string) =>
       Effect.gen(function*() {
         const email = normalizeEmail(rawEmail)
         const now = yield* Clock.currentTimeMillis
         const user = yield* accounts.findUser(email)
         const code = newNumericCode()
-        yield* sql`UPDATE device_web_sessions SET pending_email = ${email},
-                     code_hash = ${Option.isSome(user) ? codeHash("device", sessionId, code) : null},
+        yield* sql`UPDATE device_web_sessions SET pending_email = ${email}, login_id = ${loginId},
+                     code_hash = ${Option.isSome(user) ? hasher.code("device", sessionId, code) : null},
                      code_expires_at = ${new Date(now + WEB_CODE_TTL_SECONDS * 1000)}, failed_attempts = 0, user_id = NULL
                    WHERE id = ${sessionId}`.pipe(Effect.orDie)
         const content = Option.isSome(user)
@@ -84,28 +114,54 @@ export class DeviceWeb extends Effect.Service<DeviceWeb>()("mailroom/DeviceWeb",
         yield* mailer.send({ to: email, ...content }).pipe(Effect.orDie)
       })
 
-    const verifyCode = (sessionId: string, code: string) =>
-      Effect.gen(function*(): Effect.fn.Return<CodeCheck, never, never> {
+    /**
+     * Signs the session in when the code is right and was sent for this login; the session then
+     * gets a new cookie (returned), the old one stops working. Wrong codes count per session and
+     * per email (Lockout: 429 once the email is locked).
+     */
+    const verifyCode = (sessionId: string, code: string, loginId: string) =>
+      Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<{ pending_email: string | null; code_hash: string | null; code_expires_at: Date | null }>`
-          SELECT pending_email, code_hash, code_expires_at FROM device_web_sessions WHERE id = ${sessionId}`.pipe(Effect.orDie)
+        const rows = yield* sql<{ pending_email: string | null; code_expires_at: Date | null; login_id: string | null }>`
+          SELECT pending_email, code_expires_at, login_id FROM device_web_sessions WHERE id = ${sessionId}`.pipe(Effect.orDie)
         const s = rows[0]
-        if (!s || s.pending_email === null || s.code_expires_at === null) return "none"
-        if (s.code_expires_at.getTime() <= now) return "expired"
-        if (s.code_hash === null || !constantTimeEqual(codeHash("device", sessionId, code), s.code_hash)) {
-          yield* sql`UPDATE device_web_sessions SET failed_attempts = failed_attempts + 1,
-                       code_expires_at = CASE WHEN failed_attempts + 1 >= ${MAX_WRONG_CODES} THEN ${new Date(now)} ELSE code_expires_at END
-                     WHERE id = ${sessionId}`.pipe(Effect.orDie)
-          return "wrong"
+        if (!s || s.pending_email === null || s.code_expires_at === null || s.login_id !== loginId) {
+          return { _tag: "None" } as CodeCheck
         }
-        const user = yield* accounts.findUser(s.pending_email)
-        if (Option.isNone(user)) return "wrong"
-        yield* sql`UPDATE device_web_sessions SET user_id = ${user.value.id}, code_hash = NULL, code_expires_at = NULL,
-                     failed_attempts = 0 WHERE id = ${sessionId}`.pipe(Effect.orDie)
-        return "ok"
+        if (s.code_expires_at.getTime() <= now) return { _tag: "Expired" } as CodeCheck
+        const email = s.pending_email
+        return yield* lockout.attempt(
+          email,
+          Effect.gen(function*(): Effect.fn.Return<CodeCheck, never, never> {
+            const locked = yield* sql<{ code_hash: string | null; code_expires_at: Date | null; pending_email: string | null }>`
+              SELECT code_hash, code_expires_at, pending_email FROM device_web_sessions WHERE id = ${sessionId} FOR UPDATE`
+              .pipe(Effect.orDie)
+            const row = locked[0]
+            if (!row || row.pending_email !== email || row.code_expires_at === null || row.code_expires_at.getTime() <= now) {
+              return { _tag: "Expired" }
+            }
+            if (row.code_hash === null || !constantTimeEqual(hasher.code("device", sessionId, code), row.code_hash)) {
+              yield* sql`UPDATE device_web_sessions SET failed_attempts = failed_attempts + 1,
+                           code_expires_at = CASE WHEN failed_attempts + 1 >= ${MAX_WRONG_CODES} THEN ${new Date(now)} ELSE code_expires_at END
+                         WHERE id = ${sessionId}`.pipe(Effect.orDie)
+              return { _tag: "Wrong" }
+            }
+            const user = yield* accounts.findUser(email)
+            if (Option.isNone(user)) return { _tag: "Wrong" }
+            const cookie = hasher.newCookie()
+            yield* sql`UPDATE device_web_sessions SET user_id = ${user.value.id}, token_hash = ${sha256Hex(cookie)},
+                         code_hash = NULL, code_expires_at = NULL, failed_attempts = 0
+                       WHERE id = ${sessionId}`.pipe(Effect.orDie)
+            return { _tag: "Ok", cookie }
+          }),
+          (o) => o._tag === "Wrong"
+        )
       })
 
-    return { find, ensure, sendCode, verifyCode } as const
+    /** A user code as the limiter's tables may hold it (keyed hash, shortened). */
+    const userCodeKey = (userCode: string) => hasher.userCode(userCode).slice(0, 32)
+
+    return { find, ensure, sendCode, verifyCode, userCodeKey, newCookie: hasher.newCookie, issuedCookie: hasher.issuedCookie } as const
   }),
-  dependencies: [Accounts.Default]
+  dependencies: [Accounts.Default, CodeHasher.Default, Lockout.Default]
 }) {}

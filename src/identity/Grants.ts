@@ -5,8 +5,9 @@
  */
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Option } from "effect"
 import { InvalidGrant } from "../contract/Errors.js"
+import { Credentials } from "../platform/Credentials.js"
 import { displayPrefix, newAccessToken, newRefreshToken, sha256Hex } from "../platform/Secrets.js"
 import type { TokenSet } from "./Api.js"
 
@@ -25,6 +26,11 @@ export interface GrantInput {
 export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    // The request pipeline keeps resolved credentials for a few seconds: a grant this process
+    // revokes or rotates is dropped from it at once (other processes hear of it by NOTIFY).
+    const credentials = yield* Effect.serviceOption(Credentials)
+    const forget = (grantIds: ReadonlyArray<string>) =>
+      Option.isSome(credentials) ? Effect.forEach(grantIds, credentials.value.forgetGrant, { discard: true }) : Effect.void
 
     const orgName = (orgId: string) =>
       Effect.map(sql<{ name: string | null }>`SELECT name FROM organizations WHERE id = ${orgId}`, (r) => r[0]?.name ?? null)
@@ -62,7 +68,7 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
       }).pipe(Effect.orDie, Effect.withSpan("Grants.issue"))
 
     /** Rotates inside a transaction; a failure is returned, not raised, so a reuse revocation commits. */
-    const rotate = (refreshToken: string) =>
+    const rotate = (refreshToken: string, touched: Array<string>) =>
       sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<TokenSet | InvalidGrant, SqlError> {
         const now = yield* Clock.currentTimeMillis
         const hash = sha256Hex(refreshToken)
@@ -78,12 +84,14 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
             UPDATE oauth_grants SET revoked_at = coalesce(revoked_at, ${new Date(now)}), updated_at = ${new Date(now)}
             WHERE id = (SELECT grant_id FROM oauth_rotated_refresh_tokens WHERE token_hash = ${hash})
             RETURNING id AS grant_id`
+          touched.push(...reused.map((r) => r.grant_id))
           return new InvalidGrant({
             message: reused.length > 0
               ? "refresh token already used: the grant is revoked as a precaution; sign in again"
               : "unknown, expired or revoked refresh token"
           })
         }
+        touched.push(grant.id)
         const access = newAccessToken()
         const next = newRefreshToken()
         yield* sql`INSERT INTO oauth_rotated_refresh_tokens (token_hash, grant_id, rotated_at)
@@ -99,7 +107,10 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
       }))
 
     const refresh = (refreshToken: string) =>
-      rotate(refreshToken).pipe(
+      Effect.suspend(() => {
+        const touched: Array<string> = []
+        return rotate(refreshToken, touched).pipe(Effect.ensuring(Effect.suspend(() => forget(touched))))
+      }).pipe(
         Effect.orDie,
         Effect.flatMap((r) => r instanceof InvalidGrant ? Effect.fail(r) : Effect.succeed(r)),
         Effect.withSpan("Grants.refresh")
@@ -110,6 +121,7 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
         const now = yield* Clock.currentTimeMillis
         yield* sql`UPDATE oauth_grants SET revoked_at = coalesce(revoked_at, ${new Date(now)}), updated_at = ${new Date(now)}
                    WHERE id = ${grantId}`
+        yield* forget([grantId])
       }).pipe(Effect.orDie)
 
     return { issue, refresh, revoke } as const

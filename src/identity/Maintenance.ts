@@ -10,6 +10,8 @@ export const sweepIdentity = Effect.gen(function*() {
   yield* sql`DELETE FROM device_web_sessions WHERE expires_at < ${cut}`
   yield* sql`DELETE FROM claim_sessions WHERE expires_at < ${cut}`
   yield* sql`DELETE FROM claim_links WHERE expires_at < ${cut}`
+  // Failures count for the lockout's 24 h window only.
+  yield* sql`DELETE FROM verification_failures WHERE failed_at < ${cut}`
   yield* sql`DELETE FROM oauth_rotated_refresh_tokens r USING oauth_grants g
              WHERE g.id = r.grant_id AND (g.refresh_expires_at < ${cut} OR g.revoked_at < ${cut})`
 })

@@ -1,5 +1,5 @@
 /**
- * Bodies SPEC.md marks optional: an empty body means `{}`; anything else is JSON decoded with the
+ * Optional bodies: an empty body means `{}`; anything else is JSON decoded with the
  * endpoint's strict schema, failing exactly like a declared payload (400 `validation_error`).
  */
 import { HttpServerRequest } from "@effect/platform"

@@ -24,6 +24,27 @@ export interface IssuedApiKey {
 
 const LOCAL_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
+/** Local parts a person's inbox never gets: role mailboxes (RFC 2142) and the service's own names. */
+const RESERVED_LOCAL_PARTS = new Set([
+  "postmaster", "abuse", "hostmaster", "webmaster", "security", "noc", "admin", "administrator", "root",
+  "info", "support", "sales", "billing", "mailer-daemon", "no-reply", "noreply", "mailroom", "www"
+])
+const INBOX_NAME_MAX = 32
+
+/**
+ * A managed inbox local part from a person's email: its local part without any `+tag`, reduced to
+ * lowercase letters, digits and single hyphens. `agent-…` names stay the emailless accounts' own.
+ */
+export const inboxNameFromEmail = (email: string): string => {
+  const local = email.slice(0, Math.max(0, email.lastIndexOf("@"))).split("+")[0] ?? ""
+  const slug = local.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "").slice(0, INBOX_NAME_MAX)
+    .replace(/-+$/, "")
+  if (slug === "" || slug.startsWith("agent-") || slug === "agent" || RESERVED_LOCAL_PARTS.has(slug)) {
+    return slug === "" ? "inbox" : `${slug}-inbox`
+  }
+  return slug
+}
+
 export class Provisioning extends Effect.Service<Provisioning>()("mailroom/Provisioning", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -37,13 +58,31 @@ export class Provisioning extends Effect.Service<Provisioning>()("mailroom/Provi
       return `${local}@${config.managedInboxDomain}`
     }
 
-    const createOrganization = (input: { readonly name: string | null; readonly plan: Plan }) =>
+    /** `name@domain` when free, else `name-<4 random>@domain`: ON CONFLICT keeps a caller's transaction usable. */
+    const namedAddress = (name: string, attempt: number) => {
+      if (attempt === 0) return `${name}@${config.managedInboxDomain}`
+      let suffix = ""
+      for (const ch of randomToken(attempt < 4 ? 4 : 8).toLowerCase()) suffix += LOCAL_ALPHABET.includes(ch) ? ch : "x"
+      return `${name}-${suffix}@${config.managedInboxDomain}`
+    }
+
+    /**
+     * An organization with its managed inbox: `inboxName` (a person's sign-up) gives a readable
+     * address made unique with a suffix when taken; without it, a random `agent-…` address.
+     */
+    const createOrganization = (input: { readonly name: string | null; readonly plan: Plan; readonly inboxName?: string }) =>
       Effect.gen(function*() {
-        const address = managedAddress()
-        const rows = yield* sql<{ id: string }>`
-          INSERT INTO organizations (name, plan, managed_inbox_address)
-          VALUES (${input.name}, ${input.plan}, ${address}) RETURNING id`
-        return { id: rows[0]!.id, name: input.name, plan: input.plan, managedInboxAddress: address } satisfies CreatedOrganization
+        for (let attempt = 0; attempt < 8; attempt++) {
+          const address = input.inboxName === undefined ? managedAddress() : namedAddress(input.inboxName, attempt)
+          const rows = yield* sql<{ id: string }>`
+            INSERT INTO organizations (name, plan, managed_inbox_address)
+            VALUES (${input.name}, ${input.plan}, ${address})
+            ON CONFLICT (managed_inbox_address) DO NOTHING RETURNING id`
+          if (rows[0]) {
+            return { id: rows[0].id, name: input.name, plan: input.plan, managedInboxAddress: address } satisfies CreatedOrganization
+          }
+        }
+        return yield* Effect.dieMessage("no free managed inbox address after 8 attempts")
       }).pipe(Effect.withSpan("Provisioning.createOrganization"))
 
     const issueApiKey = (orgId: string, options: { readonly name?: string; readonly createdBy?: string } = {}) =>

@@ -21,9 +21,9 @@ import { RateLimiter, setLimitHeaders } from "../platform/RateLimiter.js"
 import { constantTimeEqual, randomToken, sha256Hex } from "../platform/Secrets.js"
 import { Accounts, normalizeEmail } from "./Accounts.js"
 import type { TokenSet } from "./Api.js"
+import { CodeHasher } from "./CodeHasher.js"
 import {
   CODE_LENGTH,
-  codeHash,
   hashPassword,
   MAX_WRONG_CODES,
   newNumericCode,
@@ -32,6 +32,8 @@ import {
   SIGNUP_TTL_SECONDS
 } from "./Codes.js"
 import { CLIENT_IDS, Grants } from "./Grants.js"
+import { Lockout } from "./Lockout.js"
+import { inboxNameFromEmail } from "./Provisioning.js"
 
 export type Flow = "cli" | "agent"
 
@@ -91,6 +93,8 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
     const mailer = yield* Mailer
     const accounts = yield* Accounts
     const grants = yield* Grants
+    const hasher = yield* CodeHasher
+    const lockout = yield* Lockout
 
     const invalidSignupCode = () =>
       new ValidationError({
@@ -121,7 +125,7 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
         yield* sql`
           INSERT INTO signup_sessions (id, flow, token_hash, email, code_hash, last_sent_at, expires_at,
                                        signup_code_id, device_name, metadata)
-          VALUES (${id}, ${flow}, ${sha256Hex(token)}, ${email}, ${codeHash("signup", id, code)}, ${new Date(now)},
+          VALUES (${id}, ${flow}, ${sha256Hex(token)}, ${email}, ${hasher.code("signup", id, code)}, ${new Date(now)},
                   ${new Date(now + SIGNUP_TTL_SECONDS * 1000)}, ${signupCodeId}, ${input.device_name ?? null},
                   ${input.metadata === undefined ? null : JSON.stringify(input.metadata)}::jsonb)`.pipe(Effect.orDie)
         yield* sendCode(email, code).pipe(
@@ -169,7 +173,7 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
         }
         yield* limiter.enforce(`signup-resend:email:${session.email}`, SIGNUP_LIMITS.resendPerEmail, "verification emails to this address")
         const code = newNumericCode()
-        yield* sql`UPDATE signup_sessions SET code_hash = ${codeHash("signup", session.id, code)},
+        yield* sql`UPDATE signup_sessions SET code_hash = ${hasher.code("signup", session.id, code)},
                      last_sent_at = ${new Date(now)}, expires_at = ${new Date(now + SIGNUP_TTL_SECONDS * 1000)}
                    WHERE id = ${session.id}`.pipe(Effect.orDie)
         yield* sendCode(session.email, code).pipe(Effect.orDie)
@@ -181,15 +185,31 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
         }
       }).pipe(Effect.withSpan("Signup.resend", { attributes: { flow } }))
 
-    /** Checks the code; a wrong one counts, and the fifth voids the sign-up. */
+    /**
+     * Checks the code under the email's lockout; a wrong one counts for the session (the fifth
+     * voids it) and for the email. The row is read again inside the lock: a concurrent guess may
+     * have voided it since `usable` read it.
+     */
     const checkCode = (session: SessionRow, code: string) =>
       Effect.gen(function*() {
-        if (constantTimeEqual(codeHash("signup", session.id, code), session.code_hash)) return
-        const rows = yield* sql<{ failed_attempts: number }>`
-          UPDATE signup_sessions SET failed_attempts = failed_attempts + 1,
-            voided_at = CASE WHEN failed_attempts + 1 >= ${MAX_WRONG_CODES} THEN now() ELSE voided_at END
-          WHERE id = ${session.id} RETURNING failed_attempts`.pipe(Effect.orDie)
-        const left = Math.max(0, MAX_WRONG_CODES - (rows[0]?.failed_attempts ?? MAX_WRONG_CODES))
+        const outcome = yield* lockout.attempt(
+          session.email,
+          Effect.gen(function*() {
+            const rows = yield* sql<{ code_hash: string; voided_at: Date | null }>`
+              SELECT code_hash, voided_at FROM signup_sessions WHERE id = ${session.id} FOR UPDATE`
+            const row = rows[0]
+            if (!row || row.voided_at !== null) return { ok: false, left: 0 } as const
+            if (constantTimeEqual(hasher.code("signup", session.id, code), row.code_hash)) return { ok: true, left: 0 } as const
+            const updated = yield* sql<{ failed_attempts: number }>`
+              UPDATE signup_sessions SET failed_attempts = failed_attempts + 1,
+                voided_at = CASE WHEN failed_attempts + 1 >= ${MAX_WRONG_CODES} THEN now() ELSE voided_at END
+              WHERE id = ${session.id} RETURNING failed_attempts`
+            return { ok: false, left: Math.max(0, MAX_WRONG_CODES - (updated[0]?.failed_attempts ?? MAX_WRONG_CODES)) } as const
+          }).pipe(Effect.orDie),
+          (o) => !o.ok
+        )
+        if (outcome.ok) return
+        const left = outcome.left
         return yield* Effect.fail(
           new InvalidGrant({
             message: left > 0
@@ -223,7 +243,8 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
           email: session.email,
           passwordHash,
           plan,
-          orgName: null
+          orgName: null,
+          inboxName: inboxNameFromEmail(session.email)
         })
         if (session.signup_code_id !== null) {
           yield* sql`UPDATE signup_codes SET redeemed_org_id = ${created.orgId} WHERE id = ${session.signup_code_id}`
@@ -327,5 +348,5 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
 
     return { start, resend, verifyCli, verifyAgent } as const
   }),
-  dependencies: [Accounts.Default, Grants.Default]
+  dependencies: [Accounts.Default, Grants.Default, CodeHasher.Default, Lockout.Default]
 }) {}

@@ -1,5 +1,5 @@
 /**
- * SPF, DKIM and DMARC with mailauth. CONTRACT.md: every DNS lookup on the inbound path has a short
+ * SPF, DKIM and DMARC with mailauth. Every DNS lookup on the inbound path has a short
  * timeout and a failure gives `temperror`/`none`; it never delays or blocks acceptance or delivery
  * beyond that budget, so the whole check is also bounded.
  */

@@ -29,7 +29,7 @@ export interface ParsedEmail {
   readonly to: ReadonlyArray<string>
   readonly cc: ReadonlyArray<string>
   readonly date: Date | null
-  /** Lower-cased header name → value (unfolded); repeated headers joined with "\n". */
+  /** Lower-cased header name → value (unfolded); repeated headers joined with "\n". No prototype. */
   readonly headers: Readonly<Record<string, string>>
   readonly contentType: string
   readonly contentTypeParams: Readonly<Record<string, string>>
@@ -76,7 +76,9 @@ const noNul = <A>(value: A): A => {
   if (typeof value === "string") return (value.includes("\u0000") ? value.replace(/\u0000/g, "") : value) as A
   if (Array.isArray(value)) return value.map(noNul) as A
   if (value !== null && typeof value === "object" && !(value instanceof Date)) {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [noNul(k), noNul(v)])) as A
+    // fromEntries defines own properties (even `__proto__`); a prototype-free map stays prototype-free.
+    const entries = Object.fromEntries(Object.entries(value).map(([k, v]) => [noNul(k), noNul(v)]))
+    return (Object.getPrototypeOf(value) === null ? Object.assign(Object.create(null), entries) : entries) as A
   }
   return value
 }
@@ -208,11 +210,13 @@ const parseUnsafe = async (raw: Buffer): Promise<ParsedEmail> => {
     html: collected.html,
     attachments: collected.attachments
   }
-  const headers: Record<string, string> = {}
+  // No prototype: a header named `constructor`, `__proto__` or `toString` is a header like any other.
+  const headers: Record<string, string> = Object.create(null)
   for (const { key, line } of mail.headerLines) {
     const colon = line.indexOf(":")
     const value = (colon >= 0 ? line.slice(colon + 1) : "").replace(/\r?\n[ \t]+/g, " ").trim()
-    headers[key] = headers[key] === undefined ? value : `${headers[key]}\n${value}`
+    const previous = headers[key]
+    headers[key] = previous === undefined ? value : `${previous}\n${value}`
   }
   const ct = mail.headers.get("content-type")
   const contentType = typeof ct === "object" && ct !== null && "value" in ct ? String(ct.value).toLowerCase() : "text/plain"

@@ -5,13 +5,19 @@
  * event type of a message over 64 KB run in a worker thread (AnalyzePool.ts); the `250` is sent only after every copy is
  * committed to PostgreSQL, and a database failure answers a temporary `451`, so the sending server
  * retries and nothing is lost.
+ *
+ * A recipient address given twice in one transaction (exactly or in another case) is accepted and
+ * counts once. Storage quotas: a recipient whose organization is full (or has no room for the size
+ * announced with MAIL FROM SIZE=) gets `452 4.2.2` at RCPT; a message that would take any of its
+ * organizations past the quota gets `452 4.2.2` at the end of DATA and nothing is stored.
  */
 import { Effect, Layer, Option, Runtime } from "effect"
 import { readFileSync } from "node:fs"
 import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from "smtp-server"
 import { AppConfig } from "../platform/Config.js"
+import { asPortInUse } from "../platform/Ports.js"
 import { makeAnalyzePool } from "./AnalyzePool.js"
-import { type Recipient, Recipients } from "./Recipients.js"
+import { normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
 import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { InboundStore } from "./Store.js"
 
@@ -35,21 +41,45 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
     ? { cert: readFileSync(config.smtpTlsCert.value), key: readFileSync(config.smtpTlsKey.value) }
     : undefined
 
+  /** The size the client announced with MAIL FROM … SIZE=n (RFC 1870), if any. */
+  const declaredSize = (session: SMTPServerSession) => {
+    const args: unknown = session.envelope.mailFrom ? session.envelope.mailFrom.args : undefined
+    const size = typeof args === "object" && args !== null ? (args as Record<string, unknown>)["SIZE"] : undefined
+    const n = Number(size)
+    return typeof size === "string" && Number.isSafeInteger(n) && n > 0 ? n : 0
+  }
+
   const onRcptTo = (
     address: { address: string },
     session: SMTPServerSession,
     callback: (err?: Error | null) => void
   ) => {
     const list = accepted.get(session.id) ?? []
+    // The same mailbox again (exactly or in another case): accepted, stored and delivered once.
+    const normalized = normalizeAddress(address.address)
+    if (list.some((r) => r.address === normalized)) return callback()
     if (list.length >= MAX_RECIPIENTS) {
       return callback(smtpError(452, `4.5.3 Too many recipients (at most ${MAX_RECIPIENTS} per message)`))
     }
-    run(recipients.lookup(address.address)).then(
-      (found) => {
-        if (Option.isNone(found)) {
+    const check = Effect.gen(function*() {
+      const found = yield* recipients.lookup(address.address)
+      if (Option.isNone(found)) return { _tag: "Unknown" } as const
+      // Room for the announced size times this organization's recipients so far, or at least a byte.
+      const orgId = found.value.orgId
+      const copies = list.filter((r) => r.orgId === orgId).length + 1
+      const room = yield* store.hasRoom(orgId, Math.max(1, declaredSize(session) * copies))
+      return room ? { _tag: "Accepted", recipient: found.value } as const : { _tag: "Full" } as const
+    })
+    run(check).then(
+      (outcome) => {
+        if (outcome._tag === "Unknown") {
           return callback(smtpError(550, `5.1.1 <${address.address}>: no such mailbox here`))
         }
-        list.push(found.value)
+        if (outcome._tag === "Full") {
+          return callback(smtpError(452, `4.2.2 <${address.address}>: mailbox full, try again later`))
+        }
+        // Checked again: a pipelined duplicate may have been accepted meanwhile.
+        if (!list.some((r) => r.address === outcome.recipient.address)) list.push(outcome.recipient)
         accepted.set(session.id, list)
         callback()
       },
@@ -72,7 +102,10 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
       helo: session.hostNameAppearsAs ?? null,
       ...analysis
     }
-    return run(store.store(message, rcpts))
+    return run(store.store(message, rcpts).pipe(
+      Effect.map((stored) => ({ _tag: "Stored", stored } as const)),
+      Effect.catchTag("StorageQuotaExceeded", () => Effect.succeed({ _tag: "Full" } as const))
+    ))
   }
 
   const onData = (stream: SMTPServerDataStream, session: SMTPServerSession, callback: (err?: Error | null, message?: string) => void) => {
@@ -85,7 +118,11 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
         }
         if (rcpts.length === 0) return callback(smtpError(554, "5.5.1 No valid recipients"))
         process(received.raw, session, rcpts).then(
-          (stored) => {
+          (outcome) => {
+            if (outcome._tag === "Full") {
+              return callback(smtpError(452, "4.2.2 Mailbox full: the message exceeds the recipient's storage quota, try again later"))
+            }
+            const stored = outcome.stored
             if (stored.every((s) => s.status === "rejected")) {
               return callback(smtpError(550, "5.7.1 Message rejected as spam"))
             }
@@ -137,7 +174,11 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
         resume(Effect.void)
       })
     }),
+    // Stops accepting at once; open sessions get smtp-server's closeTimeout to finish their message.
     () => Effect.async<void>((resume) => server.close(() => resume(Effect.void)))
-  ).pipe(Effect.orDie)
+  ).pipe(Effect.catchAll((e) => {
+    const taken = asPortInUse(config.smtpPort, "SMTP_PORT")(e)
+    return taken === undefined ? Effect.die(e) : Effect.fail(taken)
+  }))
   yield* Effect.logInfo(`SMTP listening on ${config.host}:${config.smtpPort}`)
 }))

@@ -1,6 +1,6 @@
 /**
- * Durable storage of an inbound SMTP transaction: one `emails` row (+ raw content) per recipient,
- * committed before the SMTP `250` is sent, together with the work the delivery pipeline attaches
+ * Durable storage of an inbound SMTP transaction: one `emails` row (+ raw content) per distinct
+ * recipient address, committed before the SMTP `250` is sent, together with the work the delivery pipeline attaches
  * to each copy (its delivery row): no accepted mail without its deliveries, no deliveries without
  * their mail.
  *
@@ -10,9 +10,13 @@
  * statement and one round trip. Should a batch fail for a reason that lies in some message's data
  * (not the database's availability), its transactions are retried one by one, so one message can
  * never cost the others their acceptance.
+ *
+ * Storage quotas are enforced by the database as the rows are inserted (migrations/0025): a
+ * transaction that would take any of its organizations past the plan's `storage_mb` stores nothing
+ * and fails with `StorageQuotaExceeded` (the SMTP answer is a temporary `452 4.2.2`).
  */
 import { SqlClient, type SqlError, type Statement } from "@effect/sql"
-import { Cause, Context, Effect, Exit, Option } from "effect"
+import { Cause, Context, Data, Effect, Exit, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { makeBatcher } from "../platform/Batching.js"
 import { sqlState } from "../platform/SqlErrors.js"
@@ -80,6 +84,26 @@ interface Transaction {
 /** SQLSTATE classes of errors caused by a statement's data: data exception, integrity, program limit. */
 const isDataError = (e: SqlError.SqlError) => /^(22|23|54)[0-9A-Z]{3}$/.test(sqlState(e) ?? "")
 
+/** Raised by `storage_charge` (migrations/0025) when the bytes stored would pass an organization's quota. */
+const QUOTA_SQLSTATE = "MRQ01"
+const isQuotaError = (e: SqlError.SqlError) => sqlState(e) === QUOTA_SQLSTATE
+
+/** The transaction would take an organization past its storage quota: nothing was stored. */
+export class StorageQuotaExceeded extends Data.TaggedError("StorageQuotaExceeded")<{ readonly message: string }> {}
+
+/**
+ * One copy per distinct recipient address: an address given again (exactly, or in another case)
+ * in the same transaction is the same mailbox, stored and delivered once.
+ */
+export const distinctRecipients = (recipients: ReadonlyArray<Recipient>): ReadonlyArray<Recipient> => {
+  const seen = new Set<string>()
+  return recipients.filter((r) => {
+    if (seen.has(r.address)) return false
+    seen.add(r.address)
+    return true
+  })
+}
+
 export class InboundStore extends Effect.Service<InboundStore>()("mailroom/InboundStore", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -143,8 +167,11 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
       run: (batch: ReadonlyArray<Transaction>) =>
         Effect.gen(function*() {
           const exit = yield* Effect.exit(Effect.asVoid(write(batch)))
-          const dataError = Exit.isFailure(exit) && Option.exists(Cause.failureOption(exit.cause), isDataError)
-          if (!dataError || batch.length === 1) return batch.map(() => exit)
+          // A data error or one organization's full quota fails the whole statement: each
+          // transaction is then tried on its own, so only the one at fault is refused.
+          const ownFault = Exit.isFailure(exit) &&
+            Option.exists(Cause.failureOption(exit.cause), (e) => isDataError(e) || isQuotaError(e))
+          if (!ownFault || batch.length === 1) return batch.map(() => exit)
           return yield* Effect.forEach(batch, writeOne, { concurrency: WRITERS })
         })
     })
@@ -170,15 +197,28 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
       Effect.gen(function*() {
         const onStored = yield* OnEmailStored
         const copies: Array<Copy> = []
-        for (const r of recipients) {
+        for (const r of distinctRecipients(recipients)) {
           const rejected = isRejected(message.spam, r.spamThreshold)
           const email: StoredEmail = { id: randomUUID(), orgId: r.orgId, recipient: r, status: rejected ? "rejected" : "accepted" }
           copies.push({ email, attached: rejected ? Option.none() : yield* onStored(email, message) })
         }
-        yield* commit({ message, copies })
+        yield* commit({ message, copies }).pipe(
+          Effect.catchIf(isQuotaError, (e) => Effect.fail(new StorageQuotaExceeded({ message: e.message })))
+        )
         return copies.map((c) => c.email)
       }).pipe(Effect.withSpan("InboundStore.store"))
 
-    return { store } as const
+    /**
+     * Whether the organization can store `bytes` more (a cheap early answer at RCPT time; the
+     * binding check is the one made as the rows are inserted).
+     */
+    const hasRoom = (orgId: string, bytes: number) =>
+      sql<{ room: boolean }>`
+        SELECT coalesce(s.used_bytes, 0) + ${bytes}::bigint <= storage_quota_bytes(o.plan) AS room
+        FROM organizations o LEFT JOIN storage_usage s ON s.org_id = o.id WHERE o.id = ${orgId}`.pipe(
+        Effect.map((rows) => rows[0]?.room ?? true)
+      )
+
+    return { store, hasRoom } as const
   })
 }) {}

@@ -63,9 +63,12 @@ export class ListenApi extends HttpApiGroup.make("listen")
       .setUrlParams(ListenEventsParams)
       .addSuccess(Ok(Schema.Array(ListenEvent), "ListenEvents"))
       .addError(Wire.NotFound)
+      .addError(Wire.RateLimitExceeded)
       .annotate(
         OpenApi.Summary,
-        "Long-poll: the deliveries created since the last poll (each returned once); keeps the session alive"
+        "Long-poll: the deliveries created since the last poll (each returned once); keeps the session alive. " +
+          "A waiting poll returns as soon as a delivery arrives; at most 10 polls of an organization may wait at once " +
+          "(429 rate_limit_exceeded beyond)"
       )
   )
   .add(

@@ -1,10 +1,10 @@
-/** Handlers of the listen area (see Api.ts and migrations/0011_listen.sql). */
+/** Handlers of the listen area (see Api.ts, Wakeups.ts and migrations/0011_listen.sql). */
 import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
-import { Conflict, NotFound } from "../contract/Errors.js"
+import { Conflict, NotFound, RateLimitExceeded } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
@@ -14,11 +14,12 @@ import {
   type ListenEvent,
   type ListenSession
 } from "./Api.js"
+import { LISTEN_MAX_WAITS_PER_ORG, ListenWakeups } from "./Wakeups.js"
 
 const DEFAULT_WAIT_SECONDS = 25
-/** How often a waiting poll looks again (one indexed query; PGlite has no LISTEN). */
-const POLL_MS = 200
 const BATCH = 50
+/** Advisory-lock namespace of session creation (the key is the organization's). */
+const SESSION_CAP_LOCK = "mailroom:listen-sessions:"
 
 interface SessionRow {
   readonly id: string
@@ -47,6 +48,7 @@ export const ListenHttpLive = HttpApiBuilder.group(MailroomApi, "listen", (handl
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const secrets = yield* WebhookSecrets
+    const wakeups = yield* ListenWakeups
     const notFound = new NotFound({ message: "listen session not found" })
     const expiry = Effect.map(Clock.currentTimeMillis, (now) => ({
       now: new Date(now),
@@ -79,33 +81,48 @@ export const ListenHttpLive = HttpApiBuilder.group(MailroomApi, "listen", (handl
           yield* noStore
           const { orgId } = yield* CurrentPrincipal
           const { now, until } = yield* expiry
-          yield* sql`DELETE FROM listen_sessions
-                     WHERE org_id = ${orgId} AND expires_at < ${new Date(now.getTime() - 86_400_000)}`.pipe(Effect.orDie)
-          const active = yield* sql<{ n: number }>`
-            SELECT count(*)::int AS n FROM listen_sessions WHERE org_id = ${orgId} AND expires_at > ${now}`.pipe(Effect.orDie)
-          if ((active[0]?.n ?? 0) >= LISTEN_MAX_ACTIVE_SESSIONS) {
+          // Count and insert under the organization's lock: concurrent creates see each other's
+          // sessions, so the cap holds exactly (each statement after the lock takes a new snapshot).
+          const rows = yield* Effect.gen(function*() {
+            yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${SESSION_CAP_LOCK + orgId}, 0))`
+            yield* sql`DELETE FROM listen_sessions
+                       WHERE org_id = ${orgId} AND expires_at < ${new Date(now.getTime() - 86_400_000)}`
+            const active = yield* sql<{ n: number }>`
+              SELECT count(*)::int AS n FROM listen_sessions WHERE org_id = ${orgId} AND expires_at > ${now}`
+            if ((active[0]?.n ?? 0) >= LISTEN_MAX_ACTIVE_SESSIONS) return undefined
+            return yield* sql<SessionRow>`
+              INSERT INTO listen_sessions (org_id, device_name, created_at, expires_at)
+              VALUES (${orgId}, ${payload.device_name ?? null}, ${now}, ${until}) RETURNING *`
+          }).pipe(sql.withTransaction, Effect.orDie)
+          if (rows === undefined) {
             return yield* new Conflict({
               message: `at most ${LISTEN_MAX_ACTIVE_SESSIONS} listen sessions can be active at once`,
               details: { remediation: "stop another `mailroom listen`, or wait two minutes for an abandoned one to expire" }
             })
           }
-          const rows = yield* sql<SessionRow>`
-            INSERT INTO listen_sessions (org_id, device_name, created_at, expires_at)
-            VALUES (${orgId}, ${payload.device_name ?? null}, ${now}, ${until}) RETURNING *`.pipe(Effect.orDie)
           return toSession(rows[0]!)
         }))
       .handle("events", ({ path, urlParams }) =>
         Effect.gen(function*() {
           const { orgId } = yield* CurrentPrincipal
           yield* Effect.flatten(touch(orgId, path.id)).pipe(Effect.mapError(() => notFound))
-          const deadline = (yield* Clock.currentTimeMillis) + (urlParams.wait ?? DEFAULT_WAIT_SECONDS) * 1000
+          const wait = urlParams.wait ?? DEFAULT_WAIT_SECONDS
           let rows = yield* take(path.id)
-          while (rows.length === 0 && (yield* Clock.currentTimeMillis) < deadline) {
-            yield* Effect.sleep(POLL_MS)
-            rows = yield* take(path.id)
+          if (rows.length === 0 && wait > 0) {
+            rows = yield* Effect.gen(function*() {
+              if (!(yield* wakeups.slot(orgId))) {
+                return yield* new RateLimitExceeded({
+                  message: `at most ${LISTEN_MAX_WAITS_PER_ORG} listen polls may wait at once per organization; ` +
+                    "poll again after one of them returns",
+                  details: { limit: LISTEN_MAX_WAITS_PER_ORG, retry_after: 1 }
+                })
+              }
+              const deadline = (yield* Clock.currentTimeMillis) + wait * 1000
+              return yield* wakeups.poll(orgId, path.id, deadline, take(path.id))
+            }).pipe(Effect.scoped)
           }
           if (rows.length === 0) return []
-          const secret = yield* secrets.get(orgId).pipe(Effect.orDie)
+          const secret = yield* secrets.signing(orgId)
           if (Option.isNone(secret)) return yield* notFound
           const t = Math.floor((yield* Clock.currentTimeMillis) / 1000)
           return rows.map((r): ListenEvent => ({
@@ -119,7 +136,9 @@ export const ListenHttpLive = HttpApiBuilder.group(MailroomApi, "listen", (handl
               ...signatureHeaders(secret.value, r.payload, t),
               "mailroom-event-id": r.event_id,
               "mailroom-event-type": r.event_type,
-              "mailroom-delivery-id": r.id
+              "mailroom-delivery-id": r.id,
+              // The forwarded copy is sent once.
+              "mailroom-attempt": "1"
             }
           }))
         }))
@@ -132,4 +151,4 @@ export const ListenHttpLive = HttpApiBuilder.group(MailroomApi, "listen", (handl
           if (row === undefined) return yield* notFound
           return toSession(row)
         }))
-  })).pipe(Layer.provide(WebhookSecrets.Default))
+  })).pipe(Layer.provide(Layer.mergeAll(WebhookSecrets.Default, ListenWakeups.Default)))

@@ -3,7 +3,7 @@
  *
  * With `OUTBOUND_SMTP_URL` it relays over SMTP (nodemailer); transient failures (connection
  * problems, 4xx replies) are retried on an exponential Schedule, permanent ones (5xx) are not.
- * Without it, the dev outbox of CONTRACT.md: each message is written to `DATA_DIR/outbox/*.eml`
+ * Without it, the dev outbox: each message is written to `DATA_DIR/outbox/*.eml`
  * and its subject and first lines are logged, so a developer can sign up without a mail server.
  * Nothing of a relayed message's content is logged.
  */
@@ -11,6 +11,7 @@ import { Data, Duration, Effect, Option, Redacted, Schedule } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import nodemailer, { type Transporter } from "nodemailer"
+import { isPlainEmailAddress } from "../contract/EmailAddress.js"
 import { AppConfig } from "../platform/Config.js"
 import { randomToken } from "../platform/Secrets.js"
 import type { MailContent } from "./Templates.js"
@@ -25,6 +26,7 @@ export class MailSendError extends Data.TaggedError("MailSendError")<{
 }> {}
 
 export const FROM_ADDRESS = "Mailroom <no-reply@mailroom.localhost>"
+const FROM_ENVELOPE = "no-reply@mailroom.localhost"
 
 /** Connection-level failures and 4xx replies may succeed later; 5xx replies will not. */
 export const classify = (error: unknown): MailSendError => {
@@ -52,9 +54,15 @@ export class Mailer extends Effect.Service<Mailer>()("mailroom/Mailer", {
     const builder = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: "unix" })
     const outbox = join(config.dataDir, "outbox")
 
+    /**
+     * The recipient goes in as an address object and in an explicit SMTP envelope: given as a
+     * string, nodemailer would parse it (display names, `<…>`, lists) and could send to another
+     * address than the one recorded.
+     */
     const message = (mail: OutgoingMail) => ({
       from: FROM_ADDRESS,
-      to: mail.to,
+      to: { name: "", address: mail.to },
+      envelope: { from: FROM_ENVELOPE, to: [mail.to] },
       subject: mail.subject,
       text: mail.text,
       html: mail.html
@@ -85,11 +93,15 @@ export class Mailer extends Effect.Service<Mailer>()("mailroom/Mailer", {
         )
       })
 
-    /** Sends one message; fails with `MailSendError` only after the retries are exhausted. */
+    /**
+     * Sends one message to exactly `mail.to` (one plain address, else refused as permanent);
+     * fails with `MailSendError` only after the retries are exhausted.
+     */
     const send = (mail: OutgoingMail): Effect.Effect<void, MailSendError> =>
-      Option.match(relay, { onNone: () => toOutbox(mail), onSome: (t) => viaRelay(t, mail) }).pipe(
-        Effect.withSpan("Mailer.send")
-      )
+      (isPlainEmailAddress(mail.to)
+        ? Option.match(relay, { onNone: () => toOutbox(mail), onSome: (t) => viaRelay(t, mail) })
+        : Effect.fail(new MailSendError({ transient: false, reason: "recipient is not one plain email address" }))
+      ).pipe(Effect.withSpan("Mailer.send"))
 
     return { send, usesRelay: Option.isSome(relay) } as const
   })

@@ -53,6 +53,18 @@ export const Templates = {
       code,
       minutes
     ),
+  claimAttemptNotice: (address: string | null): MailContent => {
+    const lines = [
+      `Someone asked to claim a Mailroom agent account${address ? ` (inbox ${address})` : ""} with this address, ` +
+        "but it already belongs to a Mailroom account, so no code was sent and the claim cannot finish.",
+      "If this was you, claim the agent account with another address. If it was not you, ignore this email: nothing changed."
+    ]
+    return {
+      subject: "Mailroom: a claim with your address was refused",
+      text: `${lines.join("\n\n")}\n\n-- Mailroom\n`,
+      html: layout("A claim with your address was refused", lines)
+    }
+  },
   noAccount: (signupHint: string): MailContent => {
     const lines = [
       "Someone asked to sign in to Mailroom with this address, but no Mailroom account uses it.",

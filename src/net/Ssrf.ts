@@ -1,13 +1,15 @@
 /**
- * Server-side request forgery guard for webhook URLs (SPEC.md Endpoint `url`, CONTRACT.md
- * "Delivery"): only public unicast addresses may be contacted. Every address a host name resolves
- * to is checked, and the checked addresses are returned so the sender connects to exactly those
- * (no second resolution that could answer differently).
+ * Server-side request forgery guard for webhook URLs (an endpoint's `url`, checked at create,
+ * update and every delivery): only public unicast addresses may be contacted. Every address a host
+ * name resolves to is checked, and the checked addresses are returned so the sender connects to
+ * exactly those (no second resolution that could answer differently).
  *
  * IPv4 literals are read the way URL parsers and `inet_aton` read them (decimal `2130706433`, hex
  * `0x7f000001`, octal `0177.0.0.1`, short `127.1`), and IPv6 addresses that embed an IPv4 address
- * (mapped `::ffff:a.b.c.d`, compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) are
- * judged by the embedded address.
+ * (mapped `::ffff:a.b.c.d`, SIIT-translated `::ffff:0:a.b.c.d`, compatible `::a.b.c.d`, NAT64
+ * `64:ff9b::/96`, 6to4 `2002::/16`) are judged by the embedded address; the local-use NAT64 prefix
+ * `64:ff9b:1::/48` is never public. Port 0 is refused (no service listens there; stacks treat it
+ * as "any port").
  */
 import { Data, Effect } from "effect"
 import { Dns } from "./Dns.js"
@@ -126,11 +128,19 @@ export const classifyIPv6 = (g: ReadonlyArray<number>): Classification => {
   const zeros = (n: number) => g.slice(0, n).every((x) => x === 0)
   if (zeros(8)) return { public: false, range: "unspecified" }
   if (zeros(7) && g[7] === 1) return { public: false, range: "loopback" }
-  // IPv4-mapped ::ffff:0:0/96 and IPv4-compatible ::/96: judged by the IPv4 address.
+  // IPv4-mapped ::ffff:0:0/96, IPv4-translated (SIIT) ::ffff:0:0:0/96 and IPv4-compatible ::/96:
+  // judged by the IPv4 address. A stack that translates the SIIT form reaches that address.
   if (zeros(5) && g[5] === 0xffff) return classifyIPv4(embeddedV4(g, 6))
+  if (zeros(4) && g[4] === 0xffff && g[5] === 0) return classifyIPv4(embeddedV4(g, 6))
   if (zeros(6)) return classifyIPv4(embeddedV4(g, 6))
-  // IPv4/IPv6 translation (NAT64) 64:ff9b::/96 and 64:ff9b:1::/48.
-  if (g[0] === 0x64 && g[1] === 0xff9b) return classifyIPv4(embeddedV4(g, 6))
+  if (g[0] === 0x64 && g[1] === 0xff9b) {
+    // The well-known NAT64 prefix 64:ff9b::/96 carries the IPv4 address in its last 32 bits.
+    if (g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0) return classifyIPv4(embeddedV4(g, 6))
+    // 64:ff9b:1::/48 is for local translators, whose prefix length (and so where the IPv4 address
+    // sits) is the operator's choice: not globally reachable, whatever follows. The rest of
+    // 64:ff9b::/32 is unassigned.
+    return { public: false, range: "nat64-local" }
+  }
   // 6to4 2002::/16 carries an IPv4 address in bits 16-47.
   if (g[0] === 0x2002) return classifyIPv4(embeddedV4(g, 1))
   const first = g[0]!
@@ -166,7 +176,16 @@ export const isPublicAddress = (address: string) => classifyAddress(address).pub
 
 // --- URLs ---------------------------------------------------------------------------------------
 
-export class UrlRejected extends Data.TaggedError("UrlRejected")<{ readonly reason: string }> {}
+export class UrlRejected extends Data.TaggedError("UrlRejected")<{
+  readonly reason: string
+  /** Refused only because private URLs are off: `http:` or a non-public address (a local receiver). */
+  readonly wouldAllowPrivate?: boolean
+}> {}
+
+/** What a developer with a receiver on their own machine or network needs to know. */
+export const PRIVATE_URLS_HINT =
+  "webhook URLs must be public https by default; for a receiver on your own machine or network " +
+  "(development, tests), start the service with WEBHOOK_ALLOW_PRIVATE_URLS=true"
 
 export interface CheckedUrl {
   readonly url: URL
@@ -198,13 +217,17 @@ export const checkUrl = (raw: string, options: CheckOptions): Effect.Effect<Chec
     }
     const allowed = options.allowPrivate ? ["https:", "http:"] : ["https:"]
     if (!allowed.includes(url.protocol)) {
-      return yield* new UrlRejected({ reason: `must use https (got ${url.protocol.replace(/:$/, "")})` })
+      return yield* new UrlRejected({
+        reason: `must use https (got ${url.protocol.replace(/:$/, "")})`,
+        wouldAllowPrivate: url.protocol === "http:"
+      })
     }
     if (url.username !== "" || url.password !== "") {
       return yield* new UrlRejected({ reason: "must not contain credentials" })
     }
     const hostname = url.hostname.replace(/^\[|\]$/g, "").toLowerCase()
     const port = url.port !== "" ? Number(url.port) : url.protocol === "https:" ? 443 : 80
+    if (port === 0) return yield* new UrlRejected({ reason: "must not use port 0" })
     const literal = parseIp(hostname)
     let addresses: ReadonlyArray<CheckedAddress>
     if (literal !== undefined) addresses = [literal]
@@ -224,7 +247,8 @@ export const checkUrl = (raw: string, options: CheckOptions): Effect.Effect<Chec
           return yield* new UrlRejected({
             reason: literal !== undefined
               ? `must be publicly reachable (${hostname} is a ${c.range} address)`
-              : `must be publicly reachable (${hostname} resolves to a ${c.range} address)`
+              : `must be publicly reachable (${hostname} resolves to a ${c.range} address)`,
+            wouldAllowPrivate: true
           })
         }
       }

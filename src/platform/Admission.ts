@@ -5,10 +5,12 @@
  * does not wait for a WAL flush (see ASYNC_COMMIT: the window is bookkeeping).
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Exit, Option } from "effect"
 import type { Principal } from "../contract/Security.js"
-import { principalLookup, type PrincipalRow, toPrincipal } from "./Credentials.js"
-import { ASYNC_COMMIT, type Decision, decide, type Policy, windowUpsert, type WindowRow } from "./RateLimiter.js"
+import { Credentials, principalLookup, type PrincipalRow, toPrincipal } from "./Credentials.js"
+import { makeBatcher } from "./Batching.js"
+import { sqlState } from "./SqlErrors.js"
+import { ASYNC_COMMIT, type Decision, decide, type Policy, windowUpsert, windowUpsertMany, type WindowRow } from "./RateLimiter.js"
 
 export interface Admitted {
   /** None: no token presented; Some(None): presented but unknown, revoked or expired. */
@@ -19,10 +21,57 @@ export interface Admitted {
 type Row = WindowRow & { readonly [K in keyof PrincipalRow]: PrincipalRow[K] | null }
 
 export class Admission extends Effect.Service<Admission>()("mailroom/Admission", {
-  effect: Effect.gen(function*() {
+  // The one Credentials of the process (layers are shared by reference): its cache is the one
+  // that revocations empty.
+  dependencies: [Credentials.Default],
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const credentials = yield* Credentials
+
+    /**
+     * Counting for requests whose credential is cached: the requests that arrive while a count is
+     * in flight are counted together, one statement per batch (per distinct key: a key seen twice
+     * in a batch waits for the next statement, so each hit is judged against the window as the
+     * previous one left it). Under load this is one round trip for many requests.
+     */
+    const count = yield* makeBatcher<{ readonly key: string; readonly policy: Policy }, Decision, never>({
+      workers: 2,
+      maxBatch: 128,
+      run: (items) =>
+        Effect.gen(function*() {
+          const out: Array<Exit.Exit<Decision>> = new Array(items.length)
+          let pending = items.map((item, index) => ({ ...item, index }))
+          while (pending.length > 0) {
+            const round = new Map<string, (typeof pending)[number]>()
+            const later: typeof pending = []
+            for (const p of pending) {
+              const k = `${p.policy.limit}/${p.policy.windowSeconds}/${p.key}`
+              if (round.has(k) || (round.size > 0 && [...round.values()][0]!.policy !== p.policy)) later.push(p)
+              else round.set(k, p)
+            }
+            const batch = [...round.values()]
+            const policy = batch[0]!.policy
+            const now = yield* Clock.currentTimeMillis
+            const rows = yield* windowUpsertMany(sql, batch.map((b) => b.key), policy, now).pipe(
+              // Locks are taken in key order; should another writer still deadlock with this
+              // statement, PostgreSQL aborts one side and counting again is safe (nothing was kept).
+              Effect.retry({ times: 3, while: (e) => sqlState(e) === "40P01" })
+            )
+            const byKey = new Map(rows.map((r) => [r.key, r]))
+            for (const b of batch) {
+              const row = byKey.get(b.key)
+              out[b.index] = row === undefined
+                ? Exit.die(new Error(`rate-limit window ${b.key} not returned`))
+                : Exit.succeed(decide(policy, now, row.allowed, row.count, row.oldest))
+            }
+            pending = later
+          }
+          return out
+        }).pipe(Effect.orDie)
+    })
+
     const none = sql`SELECT NULL::uuid AS id, NULL::uuid AS org_id, NULL::text AS role, NULL::uuid AS user_id,
-                            NULL::text AS client_id WHERE false`
+                            NULL::text AS client_id, NULL::timestamptz AS expires_at WHERE false`
 
     /**
      * `orgKeyPrefix` + organization id is the window of a valid credential, `anonymousKey` the
@@ -31,13 +80,21 @@ export class Admission extends Effect.Service<Admission>()("mailroom/Admission",
     const admit = (token: Option.Option<string>, orgKeyPrefix: string, anonymousKey: string, policy: Policy) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
+        // A credential resolved moments ago: only the window is counted.
+        const known = Option.isSome(token) ? credentials.cached(token.value, now) : Option.none()
+        if (Option.isSome(known)) {
+          return {
+            principal: Option.some(known),
+            decision: yield* count({ key: orgKeyPrefix + known.value.orgId, policy })
+          } satisfies Admitted
+        }
         const lookup = Option.isSome(token) ? principalLookup(sql, token.value, new Date(now)) : undefined
         const key = sql`coalesce(${orgKeyPrefix}::text || (SELECT org_id::text FROM principal), ${anonymousKey}::text)`
         const rows = yield* sql<Row>`
           WITH ${sql.unsafe(ASYNC_COMMIT)},
             principal AS (${lookup?.select ?? none} LIMIT 1),
             win AS (${windowUpsert(sql, key, policy, now, true)})
-          SELECT win.allowed, win.count, win.oldest, p.id, p.org_id, p.role, p.user_id, p.client_id
+          SELECT win.allowed, win.count, win.oldest, p.id, p.org_id, p.role, p.user_id, p.client_id, p.expires_at
           FROM win LEFT JOIN principal p ON true`
         const row = rows[0]!
         const found = lookup !== undefined && row.id !== null && row.org_id !== null
@@ -46,9 +103,11 @@ export class Admission extends Effect.Service<Admission>()("mailroom/Admission",
             org_id: row.org_id,
             role: row.role ?? "member",
             user_id: row.user_id,
-            client_id: row.client_id
+            client_id: row.client_id,
+            expires_at: row.expires_at
           }))
           : Option.none()
+        if (Option.isSome(token) && Option.isSome(found)) credentials.remember(token.value, found.value, row.expires_at, now)
         return {
           principal: Option.isSome(token) ? Option.some(found) : Option.none(),
           decision: decide(policy, now, row.allowed, row.count, row.oldest)

@@ -1,8 +1,9 @@
 /**
- * Service configuration from the environment (CONTRACT.md "Running"), validated once at start-up.
+ * Service configuration from the environment, validated once at start-up.
  * A bad value fails with a ConfigError naming the variable and what was wrong.
  */
 import { Config, ConfigError, Context, Duration, Either, Layer, Option, Redacted } from "effect"
+import { parseTrustedProxies } from "./ClientAddress.js"
 
 export interface AppConfigShape {
   readonly port: number
@@ -23,6 +24,19 @@ export interface AppConfigShape {
   readonly smtpTlsKey: Option.Option<string>
   /** Benchmarks: a file the service rewrites every second with memory and event-loop figures. */
   readonly statsFile: Option.Option<string>
+  /**
+   * API requests one process works on at once; past it a request is refused at once with 503
+   * `service_unavailable` and `Retry-After` instead of queueing behind the others. 0: no cap.
+   */
+  readonly maxInflightRequests: number
+  /** Peers (addresses or CIDRs) whose `Forwarded` / `X-Forwarded-For` name the client; empty: none. */
+  readonly trustedProxies: ReadonlyArray<string>
+  /** How long stopping (SIGTERM, SIGINT) may take: draining deliveries, closing listeners and the database. */
+  readonly shutdownTimeout: Duration.Duration
+  /** Wall clock of one function invocation, enforced by killing its process. */
+  readonly functionTimeout: Duration.Duration
+  /** Function invocations running at once in this process (at most 4 of them per organization). */
+  readonly functionConcurrency: number
 }
 
 export class AppConfig extends Context.Tag("mailroom/AppConfig")<AppConfig, AppConfigShape>() {}
@@ -96,6 +110,9 @@ const bool = (name: string, fallback: boolean) =>
     })
   )
 
+/** See `maxInflightRequests`; sized in the API benchmarks (README). */
+export const DEFAULT_MAX_INFLIGHT_REQUESTS = 128
+
 export const appConfig: Config.Config<AppConfigShape> = Config.all({
   port: port("PORT", 3000),
   host: Config.string("HOST").pipe(Config.withDefault("127.0.0.1")),
@@ -125,7 +142,32 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   dnsServer: Config.option(Config.string("DNS_SERVER")),
   smtpTlsCert: Config.option(Config.string("SMTP_TLS_CERT")),
   smtpTlsKey: Config.option(Config.string("SMTP_TLS_KEY")),
-  statsFile: Config.option(Config.string("MAILROOM_STATS_FILE"))
+  statsFile: Config.option(Config.string("MAILROOM_STATS_FILE")),
+  maxInflightRequests: Config.integer("MAX_INFLIGHT_REQUESTS").pipe(
+    Config.withDefault(DEFAULT_MAX_INFLIGHT_REQUESTS),
+    Config.mapOrFail((n) =>
+      n >= 0 ? Either.right(n) : Either.left(ConfigError.InvalidData(["MAX_INFLIGHT_REQUESTS"], `must be 0 (no cap) or more, got ${n}`))
+    )
+  ),
+  trustedProxies: Config.string("TRUSTED_PROXIES").pipe(
+    Config.withDefault(""),
+    Config.mapOrFail((raw) => {
+      const parsed = parseTrustedProxies(raw)
+      return "error" in parsed
+        ? Either.left(ConfigError.InvalidData(["TRUSTED_PROXIES"], parsed.error))
+        : Either.right(parsed.entries)
+    })
+  ),
+  shutdownTimeout: duration("SHUTDOWN_TIMEOUT", "10s"),
+  functionTimeout: duration("FUNCTION_TIMEOUT", "10m"),
+  functionConcurrency: Config.integer("FUNCTION_CONCURRENCY").pipe(
+    Config.withDefault(8),
+    Config.mapOrFail((n) =>
+      n >= 1 && n <= 256
+        ? Either.right(n)
+        : Either.left(ConfigError.InvalidData(["FUNCTION_CONCURRENCY"], `must be an integer from 1 to 256, got ${n}`))
+    )
+  )
 }).pipe(
   Config.map((c) => ({
     ...c,

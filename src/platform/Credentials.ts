@@ -1,10 +1,19 @@
 /**
  * Resolves a bearer credential to its principal: organization, role and credential id.
- * API keys always act as `member`; an OAuth access token acts with its user's current role,
- * read on every request (so a demotion or removal takes effect at once).
+ * API keys always act as `member`; an OAuth access token acts with its user's current role.
+ *
+ * Resolved principals are kept for a few seconds (CREDENTIAL_CACHE_TTL_MS) so that an ordinary
+ * authenticated request does not look its credential up again. Whatever ends or narrows a
+ * credential drops the entries it concerns: this process's own revocations at once (`forgetGrant`,
+ * `forgetApiKey`), and, on PostgreSQL, every change to api_keys, oauth_grants or memberships made by
+ * any process, announced by trigger on the `mailroom_credentials` channel (migration 0035) and
+ * received here by LISTEN within milliseconds. If that connection drops, the cache is emptied
+ * and the entries' short life bounds what could have been missed.
  */
 import { type Statement, SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { Clock, Effect, Option, Schedule, Stream } from "effect"
+import { DatabaseKind } from "./Database.js"
 import type { Principal, Role } from "../contract/Security.js"
 import { PREFIX, sha256Hex } from "./Secrets.js"
 
@@ -14,6 +23,8 @@ export interface PrincipalRow {
   readonly role: Role
   readonly user_id: string | null
   readonly client_id: string | null
+  /** When the credential itself expires (access tokens); null when it does not. */
+  readonly expires_at: Date | null
 }
 
 export interface PrincipalLookup {
@@ -32,17 +43,27 @@ export const principalLookup = (sql: SqlClient.SqlClient, token: string, now: Da
   if (token.startsWith(PREFIX.apiKey)) {
     return {
       kind: "api_key",
-      select: sql`SELECT id, org_id, 'member'::text AS role, NULL::uuid AS user_id, NULL::text AS client_id
+      select: sql`SELECT id, org_id, 'member'::text AS role, NULL::uuid AS user_id, NULL::text AS client_id,
+                         NULL::timestamptz AS expires_at
                   FROM api_keys WHERE key_hash = ${hash} AND revoked_at IS NULL`
     }
   }
   if (token.startsWith(PREFIX.accessToken)) {
     return {
       kind: "oauth",
-      select: sql`SELECT g.id, g.org_id, m.role, g.user_id, g.client_id
+      select: sql`SELECT g.id, g.org_id, m.role, g.user_id, g.client_id, g.access_expires_at AS expires_at
                   FROM oauth_grants g
                   JOIN memberships m ON m.org_id = g.org_id AND m.user_id = g.user_id
                   WHERE g.access_token_hash = ${hash} AND g.revoked_at IS NULL AND g.access_expires_at > ${now}`
+    }
+  }
+  if (token.startsWith(PREFIX.functionToken)) {
+    // A running function invocation's MAILROOM binding: valid until its deadline, revoked at its end.
+    return {
+      kind: "api_key",
+      select: sql`SELECT id, org_id, 'member'::text AS role, NULL::uuid AS user_id, NULL::text AS client_id,
+                         expires_at
+                  FROM function_tokens WHERE token_hash = ${hash} AND revoked_at IS NULL AND expires_at > ${now}`
     }
   }
   return undefined
@@ -53,9 +74,76 @@ export const toPrincipal = (kind: PrincipalLookup["kind"], row: PrincipalRow): P
     ? { orgId: row.org_id, role: "member", userId: null, credential: { kind: "api_key", id: row.id } }
     : { orgId: row.org_id, role: row.role, userId: row.user_id, credential: { kind: "oauth", id: row.id, clientId: row.client_id ?? "" } }
 
+/** How long a resolved principal is reused without looking its credential up again. */
+export const CREDENTIAL_CACHE_TTL_MS = 5_000
+const CACHE_MAX_ENTRIES = 10_000
+export const CREDENTIALS_CHANNEL = "mailroom_credentials"
+
+interface Entry {
+  readonly principal: Principal
+  readonly until: number
+}
+
 export class Credentials extends Effect.Service<Credentials>()("mailroom/Credentials", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    // Keyed by the token's hash: the cache holds no secret.
+    const cache = new Map<string, Entry>()
+
+    const forgetWhere = (drop: (p: Principal) => boolean) => {
+      for (const [hash, entry] of cache) if (drop(entry.principal)) cache.delete(hash)
+    }
+    const forgetGrant = (grantId: string) =>
+      Effect.sync(() => forgetWhere((p) => p.credential.kind === "oauth" && p.credential.id === grantId))
+    const forgetApiKey = (keyId: string) =>
+      Effect.sync(() => forgetWhere((p) => p.credential.kind === "api_key" && p.credential.id === keyId))
+
+    /** Applies one `mailroom_credentials` payload. */
+    const onChange = (payload: string) => {
+      const [kind, a, b] = payload.split(":")
+      if (kind === "api_key") forgetWhere((p) => p.credential.kind === "api_key" && p.credential.id === a)
+      else if (kind === "oauth") forgetWhere((p) => p.credential.kind === "oauth" && p.credential.id === a)
+      else if (kind === "member") forgetWhere((p) => p.orgId === a && p.userId === b)
+      else cache.clear()
+    }
+
+    const kind = yield* Effect.serviceOption(DatabaseKind)
+    const pg = yield* Effect.serviceOption(PgClient.PgClient)
+    // The embedded database has one connection and one process: revocations there are this
+    // process's own, forgotten directly.
+    if (Option.isSome(pg) && Option.isSome(kind) && !kind.value.embedded) {
+      yield* Effect.suspend(() => {
+        // Whatever changed while nobody listened is unknown: start empty.
+        cache.clear()
+        return pg.value.listen(CREDENTIALS_CHANNEL).pipe(Stream.runForEach((payload) => Effect.sync(() => onChange(payload))))
+      }).pipe(
+        Effect.ensuring(Effect.sync(() => cache.clear())),
+        Effect.retry(Schedule.spaced("1 second")),
+        Effect.catchAllCause((cause) => Effect.logWarning("credential LISTEN stopped; cache entries expire on their own", cause)),
+        Effect.forkScoped
+      )
+    }
+
+    /** The principal of a token resolved within the last few seconds and not revoked since. */
+    const cached = (token: string, now: number): Option.Option<Principal> => {
+      const hash = sha256Hex(token)
+      const entry = cache.get(hash)
+      if (entry === undefined) return Option.none()
+      if (entry.until <= now) {
+        cache.delete(hash)
+        return Option.none()
+      }
+      return Option.some(entry.principal)
+    }
+
+    /** Keeps a principal just resolved from the database (never past its credential's own expiry). */
+    const remember = (token: string, principal: Principal, expiresAt: Date | null, now: number) => {
+      const until = Math.min(now + CREDENTIAL_CACHE_TTL_MS, expiresAt === null ? Infinity : expiresAt.getTime())
+      if (until <= now) return
+      // Oldest first: Map keeps insertion order.
+      if (cache.size >= CACHE_MAX_ENTRIES) cache.delete(cache.keys().next().value!)
+      cache.set(sha256Hex(token), { principal, until })
+    }
 
     const resolve = (token: string): Effect.Effect<Option.Option<Principal>> =>
       Effect.gen(function*() {
@@ -65,6 +153,6 @@ export class Credentials extends Effect.Service<Credentials>()("mailroom/Credent
         return Option.map(Option.fromNullable(rows[0]), (row) => toPrincipal(lookup.kind, row))
       }).pipe(Effect.orDie)
 
-    return { resolve } as const
+    return { resolve, cached, remember, forgetGrant, forgetApiKey } as const
   })
 }) {}

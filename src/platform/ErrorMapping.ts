@@ -1,17 +1,39 @@
 /**
- * API-wide error mapping, wrapped around the router before errors are encoded:
+ * API-wide input screening and error mapping, wrapped around the router before errors are encoded:
+ * - a body on an operation that reads JSON sent with another Content-Type → 415 `unsupported_media_type`;
+ * - U+0000 anywhere in the input, or JSON nested too deep (see InputScreen) → 400 `validation_error`;
  * - decode failures of body, path, query and headers → 400 `validation_error` listing
  *   `<field>: <reason>` for each rejected field;
  * - malformed JSON (a defect inside HttpApiBuilder) → 400 `validation_error`;
- * - unknown routes → 404 `not_found`;
+ * - a known path with another method → 405 `method_not_allowed` with `Allow`; unknown routes → 404 `not_found`;
  * - anything unexpected → 500 `internal_error`, logged with the request id, never a stack in the body.
  */
-import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
+import { type HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { HttpApiDecodeError } from "@effect/platform/HttpApiError"
 import { Cause, Effect, FiberRef, Option } from "effect"
-import { MailroomApi } from "../Api.js"
-import { envelopeOf, ErrorTable, InternalError, NotFound, ValidationError } from "../contract/Errors.js"
+import {
+  envelopeOf,
+  ErrorTable,
+  InternalError,
+  MethodNotAllowed,
+  NotFound,
+  statusOf,
+  UnsupportedMediaType,
+  ValidationError
+} from "../contract/Errors.js"
+import {
+  DEPTH_REASON,
+  isFormMediaType,
+  isJsonMediaType,
+  jsonDeeperThan,
+  MAX_JSON_DEPTH,
+  NUL_REASON,
+  nulInJson,
+  nulInParams,
+  nulSegment
+} from "./InputScreen.js"
 import { RequestId } from "./RequestContext.js"
+import type { RouteTable } from "./RouteTable.js"
 
 const isApiError = (u: unknown): boolean => {
   if (typeof u !== "object" || u === null || !("_tag" in u) || typeof u._tag !== "string") return false
@@ -57,30 +79,113 @@ export const internalErrorResponse = (requestId: string) =>
     { status: 500 }
   )
 
-export const ErrorMappingLive = HttpApiBuilder.middleware(MailroomApi, (app) =>
-  Effect.catchAllCause(app, (cause) =>
-    Effect.gen(function*() {
-      const failure = Option.getOrUndefined(Cause.failureOption(cause)) as object | undefined
-      if (failure instanceof HttpApiDecodeError) return yield* Effect.fail(validationFromDecode(failure))
-      if (isApiError(failure)) return yield* Effect.failCause(cause)
-      if ((failure as { _tag?: string } | undefined)?._tag === "RouteNotFound") {
-        return HttpServerResponse.unsafeJson(
-          envelopeOf(new NotFound({ message: "no such route; see /v1/openapi.json for the operations" })),
-          { status: 404 }
-        )
-      }
-      const defect = Option.getOrUndefined(Cause.dieOption(cause)) as { _tag?: string; reason?: string } | undefined
-      if (defect?._tag === "RequestError") {
-        return yield* Effect.fail(
-          new ValidationError({
-            message: "body: malformed JSON or unreadable request body",
-            details: { issues: [{ field: "body", reason: "malformed JSON or unreadable request body" }] }
-          })
-        )
-      }
-      if (Cause.isInterruptedOnly(cause)) return yield* Effect.failCause(cause)
-      const requestId = yield* FiberRef.get(RequestId)
-      yield* Effect.logError("unhandled fault", cause).pipe(Effect.annotateLogs("request_id", requestId))
-      return internalErrorResponse(requestId)
-    })
-  ))
+const invalid = (field: string, reason: string) =>
+  new ValidationError({ message: `${field}: ${reason}`, details: { issues: [{ field, reason }] } })
+
+const BODY_METHODS = new Set(["POST", "PUT", "PATCH"])
+
+/**
+ * Refuses what must not reach a decoder or a handler: a body in the wrong media type, U+0000 in any
+ * value, JSON nested too deep. Runs before routing, so it covers the browser pages too.
+ */
+const screen = (
+  routes: RouteTable
+): Effect.Effect<Option.Option<ValidationError | UnsupportedMediaType>, never, HttpServerRequest.HttpServerRequest> =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const method = request.method.toUpperCase()
+    const url = new URL(request.url, "http://mailroom.invalid")
+    const route = routes.match(method, url.pathname)
+
+    const segment = nulSegment(url.pathname)
+    if (segment !== undefined) {
+      const raw = url.pathname.split("/")[segment] ?? ""
+      const param = route === undefined ? undefined : Object.entries(route.params).find(([, v]) => v === raw)?.[0]
+      return Option.some(invalid(param ?? "path", NUL_REASON))
+    }
+    const query = nulInParams(url.search.slice(1))
+    if (query !== undefined) return Option.some(invalid(query, NUL_REASON))
+
+    if (!BODY_METHODS.has(method)) return Option.none()
+    const contentType = request.headers["content-type"]
+    const json = isJsonMediaType(contentType)
+    const form = isFormMediaType(contentType)
+    if (!json && !form && route?.readsJson !== true) return Option.none()
+    const text = yield* Effect.option(request.text)
+    if (Option.isNone(text) || text.value === "") return Option.none()
+    if (route?.readsJson === true && !json) {
+      return Option.some(
+        new UnsupportedMediaType({
+          message: `${method} ${route.template} reads a JSON body: send it with the header Content-Type: application/json (got ${
+            contentType === undefined || contentType === "" ? "no Content-Type" : contentType
+          })`,
+          details: { expected: "application/json", received: contentType ?? null }
+        })
+      )
+    }
+    if (json) {
+      if (jsonDeeperThan(text.value, MAX_JSON_DEPTH)) return Option.some(invalid("body", DEPTH_REASON))
+      const field = nulInJson(text.value)
+      if (field !== undefined) return Option.some(invalid(field, NUL_REASON))
+    } else {
+      const field = nulInParams(text.value)
+      if (field !== undefined) return Option.some(invalid(field, NUL_REASON))
+    }
+    return Option.none()
+  })
+
+const allowedResponse = (method: string, path: string, allow: ReadonlyArray<string>) =>
+  HttpServerResponse.unsafeJson(
+    envelopeOf(
+      new MethodNotAllowed({
+        message: `${method} is not allowed on ${path}; this path accepts ${allow.join(", ")}`,
+        details: { allow }
+      })
+    ),
+    { status: 405, headers: { allow: allow.join(", ") } }
+  )
+
+/**
+ * The API-wide middleware; the composition root installs it over the one HttpApi
+ * (`HttpApiBuilder.middleware(MailroomApi, apiMiddleware(RouteTable.of(MailroomApi)))`), so this
+ * floor never imports the contract of the areas above it.
+ */
+export const apiMiddleware = (routes: RouteTable) => <E, R>(app: HttpApp.Default<E, R>) =>
+  Effect.gen(function*() {
+    const refusal = yield* screen(routes)
+    if (Option.isNone(refusal)) return yield* app
+    const e = refusal.value
+    if (e._tag === "ValidationError") return yield* Effect.fail(e)
+    return HttpServerResponse.unsafeJson(envelopeOf(e), { status: statusOf(e) })
+  }).pipe(
+    Effect.catchAllCause((cause) =>
+      Effect.gen(function*() {
+        const failure = Option.getOrUndefined(Cause.failureOption(cause)) as object | undefined
+        if (failure instanceof HttpApiDecodeError) return yield* Effect.fail(validationFromDecode(failure))
+        if (isApiError(failure)) return yield* Effect.failCause(cause)
+        if ((failure as { _tag?: string } | undefined)?._tag === "RouteNotFound") {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const path = new URL(request.url, "http://mailroom.invalid").pathname
+          const allow = routes.allowed(path)
+          if (allow.length > 0) return allowedResponse(request.method.toUpperCase(), path, allow)
+          return HttpServerResponse.unsafeJson(
+            envelopeOf(new NotFound({ message: "no such route; see /v1/openapi.json for the operations" })),
+            { status: 404 }
+          )
+        }
+        const defect = Option.getOrUndefined(Cause.dieOption(cause)) as { _tag?: string; reason?: string } | undefined
+        if (defect?._tag === "RequestError") {
+          return yield* Effect.fail(
+            new ValidationError({
+              message: "body: malformed JSON or unreadable request body",
+              details: { issues: [{ field: "body", reason: "malformed JSON or unreadable request body" }] }
+            })
+          )
+        }
+        if (Cause.isInterruptedOnly(cause)) return yield* Effect.failCause(cause)
+        const requestId = yield* FiberRef.get(RequestId)
+        yield* Effect.logError("unhandled fault", cause).pipe(Effect.annotateLogs("request_id", requestId))
+        return internalErrorResponse(requestId)
+      })
+    )
+  )

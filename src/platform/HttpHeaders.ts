@@ -2,7 +2,7 @@
 import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
 
-/** Token-issuing and claim responses must never be cached (SPEC.md). */
+/** Token-issuing and claim responses must never be cached. */
 export const noStore = HttpApp.appendPreResponseHandler((_req, res) =>
   Effect.succeed(HttpServerResponse.setHeaders(res, { "cache-control": "no-store", pragma: "no-cache" }))
 )

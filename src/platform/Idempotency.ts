@@ -1,5 +1,5 @@
 /**
- * Idempotency records for POST requests (CONTRACT.md "Idempotency"), in PostgreSQL so every
+ * Idempotency records for POST requests, in PostgreSQL so every
  * process sees them.
  *
  * A request claims its (scope, method, path, key) row with an INSERT … ON CONFLICT DO NOTHING; the
@@ -12,6 +12,7 @@
  * sealed with AES-256-GCM under a key derived from the Idempotency-Key itself, which only the
  * client that chose it knows.
  */
+import { HttpApi, type HttpApiGroup } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto"
@@ -47,6 +48,31 @@ export const bodyHash = (raw: string): string => {
     }
   }
   return createHash("sha256").update(canonical).digest("hex")
+}
+
+/** Whether a request's operation creates something: a POST whose declared success is 201. */
+export type CreatesResource = (method: string, path: string) => boolean
+
+/**
+ * Reads the operations that create something off an API declaration. Only their requests get a key
+ * derived from the body when the caller sends none: an action (a POST answering 200: replay, test,
+ * rotate, verify, poll, logout, …) runs every time, since a second identical call is meant.
+ */
+export const creatingOperations = <Groups extends HttpApiGroup.HttpApiGroup.Any, E, R>(
+  api: HttpApi.HttpApi<string, Groups, E, R>
+): CreatesResource => {
+  const patterns: Array<RegExp> = []
+  HttpApi.reflect(api, {
+    onGroup: () => undefined,
+    onEndpoint: ({ endpoint, successes }) => {
+      if (endpoint.method !== "POST" || !successes.has(201)) return
+      const source = endpoint.path.split("/").map((segment) =>
+        segment.startsWith(":") ? "[^/]+" : segment.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
+      ).join("/")
+      patterns.push(new RegExp(`^${source}$`))
+    }
+  })
+  return (method, path) => method === "POST" && patterns.some((p) => p.test(path))
 }
 
 export interface StoredResponse {

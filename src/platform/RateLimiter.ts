@@ -68,6 +68,33 @@ export const windowUpsert = (sql: SqlClient.SqlClient, key: Statement.Fragment, 
       (SELECT extract(epoch FROM min(h))::float8 FROM unnest(hits) h) AS oldest`
 }
 
+/**
+ * `windowUpsert` for several distinct keys in one statement (they must be distinct: one statement
+ * cannot update a row twice), RETURNING a `WindowRow` and its `key` per key. Always commits
+ * asynchronously (defines its own `async_commit`), so it must run outside any transaction.
+ */
+export const windowUpsertMany = (sql: SqlClient.SqlClient, keys: ReadonlyArray<string>, policy: Policy, now: number) => {
+  const at = new Date(now)
+  const cut = new Date(now - policy.windowSeconds * 1000)
+  return sql<WindowRow & { readonly key: string }>`
+    WITH ${sql.unsafe(ASYNC_COMMIT)}
+    INSERT INTO rate_limit_windows AS w (key, hits, allowed, updated_at)
+    SELECT u.k, ARRAY[${at}::timestamptz], ${policy.limit > 0}::boolean, ${at}::timestamptz
+    FROM async_commit, unnest(${keys}::text[]) AS u(k)
+    -- Rows are locked in key order, so two processes counting overlapping batches at once wait for
+    -- each other instead of deadlocking.
+    ORDER BY u.k COLLATE "C"
+    ON CONFLICT (key) DO UPDATE SET
+      allowed = (SELECT count(*) < ${policy.limit} FROM unnest(w.hits) h WHERE h > ${cut}),
+      hits = (SELECT CASE WHEN count(*) < ${policy.limit}
+                THEN coalesce(array_agg(h ORDER BY h), '{}') || ${at}::timestamptz
+                ELSE coalesce(array_agg(h ORDER BY h), '{}') END
+              FROM unnest(w.hits) h WHERE h > ${cut}),
+      updated_at = ${at}
+    RETURNING key, allowed, cardinality(hits)::int AS count,
+      (SELECT extract(epoch FROM min(h))::float8 FROM unnest(hits) h) AS oldest`
+}
+
 export class RateLimiter extends Effect.Service<RateLimiter>()("mailroom/RateLimiter", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -80,6 +107,26 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("mailroom/RateLim
         const rows = yield* windowUpsert(sql, sql`${key}::text`, policy, now, false)
         const row = rows[0]!
         return decide(policy, now, row.allowed, row.count, row.oldest)
+      }).pipe(Effect.orDie)
+
+    /**
+     * `consume` for an attempt whose outcome decides whether it counts: the slot is taken
+     * atomically before the attempt (so concurrent attempts never overshoot the limit), and
+     * `release` gives it back when the outcome does not count.
+     */
+    const reserve = (key: string, policy: Policy) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const at = new Date(now)
+        const rows = yield* windowUpsert(sql, sql`${key}::text`, policy, now, false)
+        const row = rows[0]!
+        const decision = decide(policy, now, row.allowed, row.count, row.oldest)
+        // Removes this reservation's hit only (another one of the same millisecond stays).
+        const release = sql`
+          UPDATE rate_limit_windows
+             SET hits = hits[1:array_position(hits, ${at}::timestamptz) - 1] || hits[array_position(hits, ${at}::timestamptz) + 1:]
+           WHERE key = ${key} AND array_position(hits, ${at}::timestamptz) IS NOT NULL`.pipe(Effect.asVoid, Effect.orDie)
+        return { decision, release: decision.allowed ? release : Effect.void }
       }).pipe(Effect.orDie)
 
     /** The decision `consume` would make, without counting anything. */
@@ -121,7 +168,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("mailroom/RateLim
         sql`DELETE FROM rate_limit_windows WHERE updated_at < ${new Date(now - olderThanSeconds * 1000)}`
       ).pipe(Effect.asVoid, Effect.orDie)
 
-    return { consume, peek, record, enforce, sweep } as const
+    return { consume, reserve, peek, record, enforce, sweep } as const
   })
 }) {}
 

@@ -1,33 +1,43 @@
 /**
- * The outermost layer of every HTTP request: request id and access log, the organization-wide
- * rate limit (120 per 60 s sliding window per organization, per client address without a valid
- * credential) and POST idempotency. It runs before routing, so even 401s and 404s carry the
- * `ratelimit-*` headers. It also applies the handlers' pre-response hooks itself (`finalize`), so it
+ * The outermost layer of every HTTP request: request id and access log, the client address
+ * (`TRUSTED_PROXIES`), load shedding past `MAX_INFLIGHT_REQUESTS` (503 with Retry-After), the
+ * organization-wide rate limit (120 per 60 s sliding window per organization, per client address
+ * without a valid credential) and POST idempotency (a key derived from the body only for POSTs that
+ * create something; actions run every time unless the caller sends a key). It runs before routing,
+ * so even 401s and 404s carry the `ratelimit-*` headers. It also applies the handlers' pre-response hooks itself (`finalize`), so it
  * holds the exact final response before it is written: idempotency records store what was sent.
  */
 import { HttpApp, HttpIncomingMessage, type HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { ResponseError } from "@effect/platform/HttpServerError"
 import { Cause, Effect, FiberRef, Option } from "effect"
-import { Conflict, envelopeOf, RateLimited, ValidationError } from "../contract/Errors.js"
+import type { BlockList } from "node:net"
+import { Conflict, envelopeOf, RateLimited, ServiceUnavailable, ValidationError } from "../contract/Errors.js"
 import type { Principal } from "../contract/Security.js"
 import { bearerToken } from "./Authentication.js"
 import { Admission } from "./Admission.js"
+import { clientAddress } from "./ClientAddress.js"
 import { internalErrorResponse } from "./ErrorMapping.js"
-import { bodyHash, Idempotency, type KeyRef, type StoredResponse } from "./Idempotency.js"
+import { bodyHash, type CreatesResource, Idempotency, type KeyRef, type StoredResponse } from "./Idempotency.js"
 import { type Decision, rateLimitHeaders } from "./RateLimiter.js"
 import { RequestId, ResolvedPrincipal } from "./RequestContext.js"
 import { randomToken } from "./Secrets.js"
 
 export const API_RATE_LIMIT = { limit: 120, windowSeconds: 60 } as const
 
-/** CONTRACT.md: exempt from every limiter. */
+/**
+ * Exempt from every limiter. Of the `/device` page only its static assets are: a look-up
+ * of a user code is counted here and by the page's own per-address and per-code limits.
+ */
 export const isExempt = (method: string, path: string) =>
-  path === "/v1/health" || path === "/v1/openapi.json" || path === "/v1/discovery" || path === "/docs" ||
+  path === "/v1/health" || path === "/v1/openapi.json" || path === "/v1/discovery" || path === "/docs" || path.startsWith("/docs/") ||
   path === "/auth.md" || path.startsWith("/.well-known/") ||
-  (method === "GET" && (path === "/device" || path.startsWith("/device/assets/")))
+  (method === "GET" && path.startsWith("/device/assets/"))
 
 /** Largest request body the API reads. */
 export const MAX_BODY_BYTES = 1024 * 1024
+/** Deploying a function carries up to 1 MiB of module source, which JSON escaping can multiply. */
+export const FUNCTIONS_MAX_BODY_BYTES = 8 * 1024 * 1024
+const bodyLimitOf = (path: string) => (path.startsWith("/v1/functions") ? FUNCTIONS_MAX_BODY_BYTES : MAX_BODY_BYTES)
 
 const json = (body: unknown, status: number, headers: Record<string, string>) =>
   HttpServerResponse.unsafeJson(body, { status, headers })
@@ -35,12 +45,16 @@ const json = (body: unknown, status: number, headers: Record<string, string>) =>
 const responseBytes = (res: HttpServerResponse.HttpServerResponse): Uint8Array | undefined =>
   res.body._tag === "Uint8Array" ? res.body.body : res.body._tag === "Empty" ? new Uint8Array() : undefined
 
-/** Which finished results an idempotency record may replay (CONTRACT.md). */
-const storable = (derived: boolean, res: HttpServerResponse.HttpServerResponse, bytes: Uint8Array) => {
-  // A derived key is the same for every caller behind one address sending the same body, so it
-  // never replays a response that hands out a credential (marked no-store) to a second caller.
-  if (derived) return res.status >= 200 && res.status < 300 && !(res.headers["cache-control"] ?? "").includes("no-store")
-  if (res.status >= 500 || res.status === 429) return false
+/** A response that hands out a credential (a new API key, tokens) is marked no-store. */
+const carriesCredential = (headers: Readonly<Record<string, string>>) => (headers["cache-control"] ?? "").includes("no-store")
+
+/** Which finished results an idempotency record keeps. */
+const storable = (ref: KeyRef, res: HttpServerResponse.HttpServerResponse, bytes: Uint8Array) => {
+  // A derived key is the same for every caller of one scope sending the same body: it never
+  // stands for a credential-bearing result, so a second such caller gets one of its own.
+  if (ref.derived) return res.status >= 200 && res.status < 300 && !carriesCredential(res.headers)
+  // A 415 is about the request's headers, which the key does not cover: the corrected retry must run.
+  if (res.status >= 500 || res.status === 429 || res.status === 415) return false
   if (res.status === 400) {
     try {
       return JSON.parse(new TextDecoder().decode(bytes))?.error?.code !== "validation_error"
@@ -56,19 +70,65 @@ const REPLAYED_HEADERS = ["content-type", "location", "cache-control"]
 type Services = HttpRouter.HttpRouter.DefaultServices | HttpServerRequest.HttpServerRequest
 type App = HttpApp.Default<never, Services>
 
+export interface PipelineOptions {
+  /** The operations whose POSTs get a derived idempotency key (see `creatingOperations`). */
+  readonly createsResource: CreatesResource
+  /** Requests worked on at once before shedding with 503; 0: no cap. */
+  readonly maxInflight: number
+  /** Peers believed about the client address they forward (`TRUSTED_PROXIES`). */
+  readonly trustedProxies: BlockList | undefined
+}
+
+/**
+ * Not shed under overload: the health probe is one trivial query, and a load balancer that saw
+ * 503s from it would take a busy but working instance out of service, moving its load onto the others.
+ */
+const isShedExempt = (path: string) => path === "/v1/health"
+
+/** Seconds a shed client is asked to wait: the overload is a queue of requests lasting well under that. */
+const SHED_RETRY_AFTER_SECONDS = 1
+
+const shed = (maxInflight: number) =>
+  json(
+    envelopeOf(
+      new ServiceUnavailable({
+        message: `the service is at capacity (${maxInflight} requests in progress); retry in ${SHED_RETRY_AFTER_SECONDS} s`,
+        details: { retry_after: SHED_RETRY_AFTER_SECONDS }
+      })
+    ),
+    503,
+    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
+  )
+
 export const requestPipeline = (
-  app: App
-): HttpApp.Default<ResponseError, Services | Admission | Idempotency> =>
-  Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
+  app: App,
+  options: PipelineOptions
+): HttpApp.Default<ResponseError, Services | Admission | Idempotency> => {
+  // Requests of this server between admission and their response. Counting them is enough: the
+  // event loop is single-threaded, and past the cap a request costs almost nothing to refuse, so
+  // the ones accepted keep their latency and nothing is left queued when the load drops.
+  let inflight = 0
+  return Effect.gen(function*() {
+    const original = yield* HttpServerRequest.HttpServerRequest
     const requestId = `req_${randomToken(20)}`
     const started = Date.now()
-    const path = new URL(request.url, "http://mailroom.invalid").pathname
-    const method = request.method.toUpperCase()
+    const path = new URL(original.url, "http://mailroom.invalid").pathname
+    const method = original.method.toUpperCase()
+    // Everything downstream (limiters, idempotency scope, handlers) sees the client's address.
+    const client = clientAddress(Option.getOrUndefined(original.remoteAddress), original.headers, options.trustedProxies)
+    const request = original.modify({ remoteAddress: client })
 
     yield* HttpApp.appendPreResponseHandler((_req, res) =>
       Effect.succeed(HttpServerResponse.setHeader(res, "x-request-id", requestId))
     )
+    const counted = options.maxInflight > 0 && !isShedExempt(path)
+    if (counted && inflight >= options.maxInflight) {
+      const final = yield* finalize(request, shed(options.maxInflight))
+      yield* Effect.logWarning(`${method} ${path} 503 shed`).pipe(
+        Effect.annotateLogs({ request_id: requestId, inflight })
+      )
+      return final
+    }
     const run: Effect.Effect<
       HttpServerResponse.HttpServerResponse,
       unknown,
@@ -79,7 +139,6 @@ export const requestPipeline = (
       // Resolve the credential once (it decides the limiter key and the idempotency scope) and
       // count the request, in one statement.
       const token = bearerToken(request.headers["authorization"])
-      const client = Option.getOrElse(request.remoteAddress, () => "unknown")
       const admission = yield* Admission
       const admitted = yield* admission.admit(token, "api:org:", `api:ip:${client}`, API_RATE_LIMIT)
       if (Option.isSome(admitted.principal)) yield* FiberRef.set(ResolvedPrincipal, admitted.principal)
@@ -107,11 +166,16 @@ export const requestPipeline = (
         onNone: () => scope,
         onSome: (p) => `${scope}:${p.credential.kind}:${p.credential.id}`
       })
-      return yield* idempotent(app, request, scope, derivedScope, method, path)
+      const explicit = request.headers["idempotency-key"]
+      // An action without a key runs every time: a second identical call is meant (a second replay).
+      if (explicit === undefined && !options.createsResource(method, path)) return yield* app
+      return yield* idempotent(app, request, scope, derivedScope, Option.isNone(principal), method, path)
     })
 
+    if (counted) inflight++
     const response = yield* run.pipe(
-      HttpIncomingMessage.withMaxBodySize(Option.some(MAX_BODY_BYTES)),
+      Effect.provideService(HttpServerRequest.HttpServerRequest, request),
+      HttpIncomingMessage.withMaxBodySize(Option.some(bodyLimitOf(path))),
       Effect.locally(RequestId, requestId),
       // Last line of defence: nothing leaves as an empty 500.
       Effect.catchAllCause((cause) =>
@@ -123,7 +187,10 @@ export const requestPipeline = (
             ),
             internalErrorResponse(requestId)
           )
-      )
+      ),
+      Effect.ensuring(Effect.sync(() => {
+        if (counted) inflight--
+      }))
     )
     const final = yield* finalize(request, response)
     yield* Effect.logInfo(`${method} ${path} ${final.status}`).pipe(
@@ -133,8 +200,9 @@ export const requestPipeline = (
     // the connection, so the client must not send its next request there (found by the fuzz: the
     // next POST on a reused keep-alive socket failed).
     const declared = Number(request.headers["content-length"] ?? 0)
-    return declared > MAX_BODY_BYTES ? HttpServerResponse.setHeader(final, "connection", "close") : final
+    return declared > bodyLimitOf(path) ? HttpServerResponse.setHeader(final, "connection", "close") : final
   })
+}
 
 /** Applies (and consumes) the pre-response hooks registered so far: the response as it will be sent. */
 const finalize = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
@@ -154,6 +222,7 @@ const idempotent = (
   request: HttpServerRequest.HttpServerRequest,
   scope: string,
   derivedScope: string,
+  anonymous: boolean,
   method: string,
   path: string
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Services | Idempotency> =>
@@ -194,6 +263,22 @@ const idempotent = (
     const claim = yield* store.claim(ref)
     switch (claim._tag) {
       case "Replay":
+        // Callers without a credential are told apart only by their address, which many clients
+        // share (a proxy, a NAT), and an Idempotency-Key is no secret between them: a result that
+        // handed out a credential is never replayed to one. The key still ran its request once.
+        if (anonymous && carriesCredential(claim.response.headers)) {
+          return json(
+            envelopeOf(
+              new Conflict({
+                message:
+                  "this Idempotency-Key was already used; its result carried a credential and is not replayed to a caller without one (use a new key to run the request again)",
+                details: { idempotency_key: ref.key }
+              })
+            ),
+            409,
+            echo
+          )
+        }
         return replay(claim.response, echo)
       case "InFlight":
         return json(
@@ -224,13 +309,15 @@ const idempotent = (
     const response = yield* app.pipe(Effect.onInterrupt(() => store.release(ref)))
     const final = yield* finalize(request, response).pipe(Effect.tapErrorCause(() => store.release(ref)))
     const bytes = responseBytes(final)
-    if (bytes !== undefined && storable(ref.derived, final, bytes)) {
+    if (bytes !== undefined && storable(ref, final, bytes)) {
       const headers: Record<string, string> = {}
       for (const h of REPLAYED_HEADERS) {
         const v = final.headers[h]
         if (v !== undefined) headers[h] = v
       }
-      yield* store.complete(ref, { status: final.status, headers, body: bytes })
+      // Kept as a marker that the key ran (it is never replayed, see above), without the credential.
+      const body = anonymous && carriesCredential(final.headers) ? new Uint8Array() : bytes
+      yield* store.complete(ref, { status: final.status, headers, body })
     } else {
       yield* store.release(ref)
     }

@@ -4,7 +4,7 @@
  */
 import { createHash, randomBytes, randomInt, timingSafeEqual } from "node:crypto"
 
-export const PREFIX = { apiKey: "mr_live_", accessToken: "mr_at_", refreshToken: "mr_rt_" } as const
+export const PREFIX = { apiKey: "mr_live_", accessToken: "mr_at_", refreshToken: "mr_rt_", functionToken: "mr_fn_" } as const
 
 const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 

@@ -8,6 +8,9 @@ export const sqlState = (e: SqlError): string | undefined => {
   return typeof cause?.code === "string" ? cause.code : undefined
 }
 
+/** Raised by `storage_charge` (migrations/0025) when stored bytes would pass an organization's quota. */
+export const STORAGE_QUOTA_SQLSTATE = "MRQ01"
+
 /** The name of the violated unique index, when `e` is a unique violation (SQLSTATE 23505). */
 export const uniqueViolation = (e: SqlError): string | undefined => {
   if (sqlState(e) !== "23505") return undefined

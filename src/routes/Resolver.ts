@@ -1,5 +1,5 @@
 /**
- * Which endpoint receives mail for a recipient (CONTRACT.md "Delivery"): an explicit route (exact
+ * Which endpoint receives mail for a recipient: an explicit route (exact
  * before wildcard, most specific wildcard first) → the domain's default endpoint → the organization
  * fallback (`domain_id: null`). Managed inbox addresses (and their `+tag` forms) belong to their
  * organization and use its fallback. Only active, enabled endpoints are chosen; a route whose

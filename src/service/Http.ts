@@ -6,9 +6,7 @@ import { MailroomApi } from "../Api.js"
 import { ServiceUnavailable } from "../contract/Errors.js"
 import { PREFIX } from "../platform/Secrets.js"
 import { AppConfig } from "../platform/Config.js"
-import pkg from "../../package.json" with { type: "json" }
-
-export const VERSION: string = pkg.version
+import { VERSION } from "../contract/Version.js"
 
 /** Every operation of the contract that needs no credential, read off the derived OpenAPI document. */
 export const publicOperations = () => {

@@ -1,12 +1,14 @@
 /**
- * Routes outside the enveloped `/v1` contract: the agent discovery document `/auth.md`, RFC 9728
- * protected-resource metadata and RFC 8414 authorization-server metadata, and the OpenAPI document.
+ * Routes outside the enveloped `/v1` contract: `GET /` (where to start), the agent discovery
+ * document `/auth.md`, RFC 9728 protected-resource metadata and RFC 8414 authorization-server
+ * metadata, the OpenAPI document and the API reference at `/docs`.
  */
 import { HttpApiBuilder, HttpServerResponse, OpenApi } from "@effect/platform"
 import { Effect } from "effect"
 import { MailroomApi } from "../Api.js"
 import { AppConfig } from "../platform/Config.js"
 import { PREFIX } from "../platform/Secrets.js"
+import { docsContentSecurityPolicy, docsPage, scalarBundle, staticAsset } from "./Docs.js"
 
 export const authMarkdown = (base: string) => `# Mailroom: getting a credential
 
@@ -76,6 +78,17 @@ export const authorizationServerMetadata = (base: string) => ({
   service_documentation: `${base}/auth.md`
 })
 
+/** `GET /`: a pointer to everything a newcomer (person or agent) reads first. */
+export const rootDocument = (base: string) => ({
+  name: "Mailroom",
+  description: "Email infrastructure for AI agents. The API lives under /v1.",
+  docs: `${base}/docs`,
+  discovery: `${base}/v1/discovery`,
+  auth: `${base}/auth.md`,
+  openapi: `${base}/v1/openapi.json`,
+  health: `${base}/v1/health`
+})
+
 export const ServiceRoutesLive = HttpApiBuilder.Router.use((router) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
@@ -95,5 +108,17 @@ export const ServiceRoutesLive = HttpApiBuilder.Router.use((router) =>
       HttpServerResponse.json(authorizationServerMetadata(base))
     )
     yield* router.get("/v1/openapi.json", HttpServerResponse.json(spec))
+    yield* router.get("/", HttpServerResponse.json(rootDocument(base)))
+
+    const script = staticAsset(scalarBundle(), "text/javascript; charset=utf-8", {
+      // The URL names the content's hash, so a cached copy never goes stale.
+      "cache-control": "public, max-age=31536000, immutable"
+    })
+    const page = staticAsset(docsPage(spec, `/docs/scalar.js?v=${script.tag}`), "text/html; charset=utf-8", {
+      "cache-control": "no-cache",
+      "content-security-policy": docsContentSecurityPolicy(new URL(base).origin)
+    })
+    yield* router.get("/docs", page.respond)
+    yield* router.get("/docs/scalar.js", script.respond)
   })
 )

@@ -1,5 +1,5 @@
 /**
- * The email event payload of CONTRACT.md "Delivery", one shape for HTTP endpoints and functions:
+ * The email event payload, one shape for HTTP endpoints and functions:
  * `{id: "evt_…", event, created_at, email: {…}}`. `id` is the event id, stable across retries and
  * replays, so the caller builds it once and stores the serialized body.
  */

@@ -1,7 +1,9 @@
 /**
- * Webhook signing (SPEC.md "Webhook signing"), shared by test sends, deliveries and replays:
+ * Webhook signing, shared by test sends, deliveries and replays:
  * `Mailroom-Signature: t=<unix-seconds>,v1=<hex>` (and the same value in `Legacy-Signature`) where
- * `hex = HMAC-SHA256(secret as UTF-8, "<t>.<raw body>")` in lowercase hex.
+ * `hex = HMAC-SHA256(secret as UTF-8, "<t>.<raw body>")` in lowercase hex. While a rotated-out
+ * secret is still in its grace period the header carries one `v1` per secret, the current one
+ * first (`t=…,v1=<new>,v1=<old>`): Stripe-style verifiers accept a header when any `v1` matches.
  */
 import { createHmac, timingSafeEqual } from "node:crypto"
 
@@ -16,13 +18,18 @@ export const signatureHex = (secret: string, body: string | Uint8Array, t: numbe
     .update(typeof body === "string" ? Buffer.from(body, "utf8") : body)
     .digest("hex")
 
-/** The header value for a body signed at `t` (Unix seconds). */
-export const sign = (secret: string, body: string | Uint8Array, t: number): string =>
-  `t=${t},v1=${signatureHex(secret, body, t)}`
+/** One secret, or the secrets that sign together (current first, then any still in grace). */
+export type SigningSecrets = string | ReadonlyArray<string>
+
+/** The header value for a body signed at `t` (Unix seconds): one `v1` per secret, in order. */
+export const sign = (secrets: SigningSecrets, body: string | Uint8Array, t: number): string => {
+  const list = typeof secrets === "string" ? [secrets] : secrets
+  return [`t=${t}`, ...list.map((s) => `v1=${signatureHex(s, body, t)}`)].join(",")
+}
 
 /** Both signature headers with the same value. */
-export const signatureHeaders = (secret: string, body: string | Uint8Array, t: number): Record<string, string> => {
-  const value = sign(secret, body, t)
+export const signatureHeaders = (secrets: SigningSecrets, body: string | Uint8Array, t: number): Record<string, string> => {
+  const value = sign(secrets, body, t)
   return { [SIGNATURE_HEADER]: value, [LEGACY_SIGNATURE_HEADER]: value }
 }
 

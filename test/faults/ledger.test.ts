@@ -28,7 +28,7 @@ import { leaseMillis } from "../../src/deliveries/Queue.js"
 import { Provisioning } from "../../src/identity/Provisioning.js"
 import { parseDuration } from "../../src/platform/Config.js"
 import { DatabaseKind, migrate } from "../../src/platform/Database.js"
-import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive } from "../../src/platform/Server.js"
+import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive } from "../../src/Server.js"
 import { freePort, testConfigLayer } from "../support/harness.js"
 import { fetchReply } from "../support/http.js"
 import {

@@ -1,12 +1,14 @@
 /**
  * Once per test run: the CLI bundled from the current sources (scripts/build-cli.ts), so every CLI
- * subprocess in the suite starts from one module instead of loading the sources through tsx.
+ * subprocess in the suite starts from one module instead of loading the sources through tsx; and the
+ * test browser unpacked (test/support/browser.ts) before the workers that launch it start.
  */
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { TestProject } from "vitest/node"
 import { buildCli } from "../../scripts/build-cli.js"
+import { testBrowserExecutable } from "./browser.js"
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -16,6 +18,7 @@ declare module "vitest" {
 
 export default async function setup(project: TestProject) {
   const dir = mkdtempSync(join(tmpdir(), "mailroom-cli-"))
-  project.provide("cliBundle", await buildCli(join(dir, "mailroom.mjs")))
+  const [bundle] = await Promise.all([buildCli(dir), testBrowserExecutable()])
+  project.provide("cliBundle", bundle)
   return () => rmSync(dir, { recursive: true, force: true })
 }

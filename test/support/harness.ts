@@ -6,7 +6,7 @@
  * its own database on that server and drops it afterwards, so runs never see each other's rows.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, ConfigProvider, Context, Effect, Layer, Option } from "effect"
+import { Clock, ConfigProvider, Context, Effect, Layer, Option, Schedule } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
@@ -16,7 +16,15 @@ import { AppConfig, appConfig } from "../../src/platform/Config.js"
 import { DatabaseLive } from "../../src/platform/Database.js"
 import { SmtpServerLive } from "../../src/inbound/SmtpServer.js"
 import { DispatcherLive } from "../../src/deliveries/Dispatcher.js"
-import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive } from "../../src/platform/Server.js"
+import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive } from "../../src/Server.js"
+
+/**
+ * A port found free can be taken by another test process before the server binds it; the server is
+ * then started again on fresh ports (a bind conflict says nothing about the code under test).
+ */
+const isAddressInUse = (e: unknown): boolean => /EADDRINUSE|already in use/.test(String((e as { cause?: unknown })?.cause ?? e)) ||
+  /EADDRINUSE/.test(JSON.stringify(e, (_k, v) => (typeof v === "bigint" ? String(v) : v)) ?? "")
+export const retryOnPortConflict = Schedule.recurs(4).pipe(Schedule.whileInput(isAddressInUse))
 
 export const freePort = (): Promise<number> =>
   new Promise((resolve, reject) => {
@@ -109,7 +117,7 @@ export const testServerOn = () =>
       Layer.provide(loggerLayer),
       Layer.provide(Layer.succeed(AppConfig, config))
     )
-  }))
+  })).pipe(Layer.retry(retryOnPortConflict))
 
 /** The usual fixture: one database, one server, the SqlClient for assertions. */
 export const testService = (overrides: Record<string, string> = {}) =>
@@ -140,7 +148,9 @@ export type TestEnv = TestServer | SqlClient.SqlClient | AppConfig
  * connection pool of its own, as a second process would; embedded PGlite has one connection, so
  * there the servers share it.
  */
-export const extraServer = Effect.gen(function*() {
+export const extraServer = Effect.suspend(() => extraServerOnce).pipe(Effect.retry(retryOnPortConflict))
+
+const extraServerOnce = Effect.gen(function*() {
   const base = yield* AppConfig
   const port = yield* Effect.promise(freePort)
   const smtpPort = yield* Effect.promise(freePort)

@@ -70,15 +70,20 @@ export const startHooks = Effect.acquireRelease(
   (h) => Effect.sync(() => h.close())
 )
 
-/** Verifies `Mailroom-Signature: t=…,v1=…` over `t.<raw body>` with HMAC-SHA256 of the secret. */
+/**
+ * Verifies `Mailroom-Signature: t=…,v1=…[,v1=…]` over `t.<raw body>` with HMAC-SHA256 of the
+ * secret, accepting the header when any `v1` matches (during a rotation it carries two).
+ */
 export const verifySignature = (header: string | undefined, body: string, secret: string, nowSeconds = Date.now() / 1000) => {
   if (header === undefined) return false
-  const parts = Object.fromEntries(header.split(",").map((kv) => kv.split("=") as [string, string]))
-  const t = Number(parts.t)
+  const pairs = header.split(",").map((kv) => kv.split("=") as [string, string])
+  const t = Number(pairs.find(([k]) => k === "t")?.[1])
   if (!Number.isFinite(t) || Math.abs(nowSeconds - t) > 300) return false
-  const expected = createHmac("sha256", Buffer.from(secret, "utf8")).update(`${t}.${body}`).digest("hex")
-  const given = Buffer.from(parts.v1 ?? "", "utf8")
-  return given.length === expected.length && timingSafeEqual(given, Buffer.from(expected))
+  const expected = Buffer.from(createHmac("sha256", Buffer.from(secret, "utf8")).update(`${t}.${body}`).digest("hex"))
+  return pairs.some(([k, v]) => {
+    const given = Buffer.from(v ?? "", "utf8")
+    return k === "v1" && given.length === expected.length && timingSafeEqual(given, expected)
+  })
 }
 
 /** Polls until `check` holds (or fails after `ms`). */

@@ -1,27 +1,18 @@
 /** `account show|update|storage` and `secret show|rotate`. */
-import { Command, Options } from "@effect/cli"
 import { Effect, Option } from "effect"
 import { CliFailure } from "../Failure.js"
 import { showOne } from "../Output.js"
 import { authedClient } from "../Session.js"
-import { booleanValue } from "./common.js"
+import type { Handler } from "../Spec.js"
+import type * as S from "../Specs.js"
 
-const show = Command.make("show", {}, () =>
+export const show: Handler<typeof S.accountShow> = () =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     yield* showOne(target.json, yield* client.account.get())
-  })).pipe(Command.withDescription("Plan, limits, entitlements and settings"))
+  })
 
-const update = Command.make("update", {
-  spamThreshold: Options.text("spam-threshold").pipe(
-    Options.optional,
-    Options.withDescription("0 to 15, or `none` to turn spam rejection off")
-  ),
-  discardContent: booleanValue("discard-content").pipe(
-    Options.optional,
-    Options.withDescription("drop stored content once a delivery is confirmed (true|false)")
-  )
-}, (o) =>
+export const update: Handler<typeof S.accountUpdate> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const threshold = yield* Option.match(o.spamThreshold, {
@@ -30,7 +21,7 @@ const update = Command.make("update", {
         if (v === "none" || v === "null") return Effect.succeed({ spam_threshold: null })
         const n = Number(v)
         return v.trim() === "" || Number.isNaN(n)
-          ? Effect.fail(new CliFailure({ message: `--spam-threshold: not a number: ${v}`, usage: true }))
+          ? Effect.fail(new CliFailure({ message: `--spam-threshold: "${v}" is not a number (0 to 15, or none)`, usage: true }))
           : Effect.succeed({ spam_threshold: n })
       }
     })
@@ -42,32 +33,22 @@ const update = Command.make("update", {
       return yield* new CliFailure({ message: "nothing to change: pass --spam-threshold or --discard-content", usage: true })
     }
     yield* showOne(target.json, yield* client.account.update({ payload }))
-  })).pipe(Command.withDescription("Change account settings"))
+  })
 
-const storage = Command.make("storage", {}, () =>
+export const storage: Handler<typeof S.accountStorage> = () =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     yield* showOne(target.json, yield* client.account.storage())
-  })).pipe(Command.withDescription("Storage used by stored emails against the plan's quota"))
+  })
 
-export const account = Command.make("account").pipe(
-  Command.withDescription("The organization's account"),
-  Command.withSubcommands([show, update, storage])
-)
-
-const secretShow = Command.make("show", {}, () =>
+export const secretShow: Handler<typeof S.secretShow> = () =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     yield* showOne(target.json, yield* client.account.webhookSecret())
-  })).pipe(Command.withDescription("The webhook signing secret (created on first read)"))
+  })
 
-const secretRotate = Command.make("rotate", {}, () =>
+export const secretRotate: Handler<typeof S.secretRotate> = () =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     yield* showOne(target.json, yield* client.account.rotateWebhookSecret({ headers: {} }))
-  })).pipe(Command.withDescription("Replace the webhook secret (once per hour); the old one stops working at once"))
-
-export const secret = Command.make("secret").pipe(
-  Command.withDescription("The webhook signing secret"),
-  Command.withSubcommands([secretShow, secretRotate])
-)
+  })

@@ -1,20 +1,26 @@
 /** Credentials: login (device flow), signup, agent create, claim, logout, whoami. */
-import { Command, Options } from "@effect/cli"
 import { Clock, Console, Duration, Effect, Either, Option } from "effect"
 import { hostname } from "node:os"
 import { CliFailure } from "../Failure.js"
 import { done, showOne } from "../Output.js"
 import { forgetCredentials, saveProfile } from "../Profile.js"
 import { anonymousClient, authedClient, type Client, profileFromTokenSet, target } from "../Session.js"
+import type { Handler } from "../Spec.js"
+import type * as S from "../Specs.js"
 import { ask, note, openBrowser, withSpinner } from "../Terminal.js"
 
-const deviceName = Options.text("device-name").pipe(
-  Options.optional,
-  Options.withDescription("name of this session shown in the dashboard (default: the host name)")
-)
-const nameOf = (o: Option.Option<string>) => Option.getOrElse(o, () => hostname().slice(0, 80) || "mailroom-cli")
+/**
+ * Where the mailed code is. The CLI cannot tell whether the service relays mail, so it says where a
+ * service without a relay puts it: its dev outbox, whose file path the service also logs.
+ */
+const codeSent = (email: string, length?: number) =>
+  note(
+    `A ${length !== undefined ? `${length}-digit ` : ""}code was sent to ${email}.\n` +
+      "No mail? A service without an outbound relay (OUTBOUND_SMTP_URL) writes it to its dev outbox, " +
+      "DATA_DIR/outbox/*.eml, and logs the file's path (\"dev outbox: mail to …\")."
+  )
 
-const acceptTerms = Options.boolean("accept-terms").pipe(Options.withDescription("accept the terms of service"))
+const nameOf = (o: Option.Option<string>) => Option.getOrElse(o, () => hostname().slice(0, 80) || "mailroom-cli")
 
 const requireTerms = (accepted: boolean) =>
   Effect.gen(function*() {
@@ -27,10 +33,6 @@ const requireTerms = (accepted: boolean) =>
     return true as const
   })
 
-const codeOption = Options.text("code").pipe(
-  Options.optional,
-  Options.withDescription("the 6-digit code from the email (asked for on stdin when omitted)")
-)
 const codeFrom = (code: Option.Option<string>, email: string) =>
   Option.match(code, { onSome: Effect.succeed, onNone: () => ask(`Code sent to ${email}: `) })
 
@@ -55,10 +57,7 @@ const pollForTokens = (api: Client, deviceCode: string, interval: number) =>
     }
   })
 
-const login = Command.make("login", {
-  noBrowser: Options.boolean("no-browser").pipe(Options.withDescription("only print the URL; do not open a browser")),
-  deviceName
-}, ({ deviceName, noBrowser }) =>
+export const login: Handler<typeof S.login> = ({ deviceName, noBrowser }) =>
   Effect.gen(function*() {
     const t = yield* target
     const api = yield* anonymousClient(t)
@@ -86,15 +85,9 @@ const login = Command.make("login", {
       oauth_grant_id: tokens.oauth_grant_id,
       expires_in: tokens.expires_in
     })
-  })).pipe(Command.withDescription("Log in through the browser (device authorization); stores the tokens in the profile"))
+  })
 
-const signup = Command.make("signup", {
-  email: Options.text("email").pipe(Options.withDescription("your email address")),
-  acceptTerms,
-  signupCode: Options.text("signup-code").pipe(Options.optional, Options.withDescription("reserved sign-up code")),
-  code: codeOption,
-  deviceName
-}, (o) =>
+export const signup: Handler<typeof S.signup> = (o) =>
   Effect.gen(function*() {
     const t = yield* target
     const api = yield* anonymousClient(t)
@@ -108,7 +101,7 @@ const signup = Command.make("signup", {
       },
       headers: {}
     })
-    yield* note(`A ${pending.verification_code_length}-digit code was sent to ${pending.email}.`)
+    yield* codeSent(pending.email, pending.verification_code_length)
     const code = yield* codeFrom(o.code, pending.email)
     const tokens = yield* api.auth.cliSignupVerify({
       payload: { signup_token: pending.signup_token, verification_code: code },
@@ -121,13 +114,9 @@ const signup = Command.make("signup", {
       org_id: tokens.org_id,
       oauth_grant_id: tokens.oauth_grant_id
     })
-  })).pipe(Command.withDescription("Create an account with your email (a code is mailed to it) and log in"))
+  })
 
-const agentCreate = Command.make("create", {
-  acceptTerms,
-  deviceName,
-  force: Options.boolean("force").pipe(Options.withDescription("replace credentials already stored in the profile"))
-}, (o) =>
+export const agentCreate: Handler<typeof S.agentCreate> = (o) =>
   Effect.gen(function*() {
     const t = yield* target
     if (!o.force && (t.profile.api_key !== undefined || t.profile.access_token !== undefined)) {
@@ -155,18 +144,10 @@ const agentCreate = Command.make("create", {
       `Inbox: ${account.address ?? "(not published yet)"}`,
       `Upgrade: ${account.upgrade.description} (mailroom claim --email you@example.com)`
     ].join("\n"))
-  })).pipe(Command.withDescription("Create an emailless agent account and store its API key"))
+  })
 
-const agent = Command.make("agent").pipe(
-  Command.withDescription("Agent accounts"),
-  Command.withSubcommands([agentCreate])
-)
 
-const claim = Command.make("claim", {
-  email: Options.text("email").pipe(Options.optional, Options.withDescription("the person's email to claim with")),
-  link: Options.boolean("link").pipe(Options.withDescription("print a single-use claim link for a person instead")),
-  code: codeOption
-}, (o) =>
+export const claim: Handler<typeof S.claim> = (o) =>
   Effect.gen(function*() {
     const { client, target: t } = yield* authedClient
     if (o.link) {
@@ -178,13 +159,13 @@ const claim = Command.make("claim", {
     }
     const email = o.email.value
     yield* client.authSession.claimStart({ payload: { email }, headers: {} })
-    yield* note(`A code was sent to ${email}.`)
+    yield* codeSent(email)
     const code = yield* codeFrom(o.code, email)
     const result = yield* client.authSession.claimVerify({ payload: { verification_code: code }, headers: {} })
     yield* done(t.json, `Claimed: organization ${result.org_id} now belongs to ${result.email} (plan ${result.plan}).`, result)
-  })).pipe(Command.withDescription("Claim this agent account for a person (moves it to the developer plan)"))
+  })
 
-const logout = Command.make("logout", {}, () =>
+export const logout: Handler<typeof S.logout> = () =>
   Effect.gen(function*() {
     const t = yield* target
     const stored = t.profile.access_token !== undefined || t.profile.api_key !== undefined
@@ -200,9 +181,9 @@ const logout = Command.make("logout", {}, () =>
       `${result.revoked ? "Revoked the session and removed" : "Removed"} the credentials of profile "${t.profileName}".`,
       result
     )
-  })).pipe(Command.withDescription("Revoke this login and remove the stored credentials"))
+  })
 
-const whoami = Command.make("whoami", {}, () =>
+export const whoami: Handler<typeof S.whoami> = () =>
   Effect.gen(function*() {
     const { client, credential, target: t } = yield* authedClient
     const account = yield* client.account.get()
@@ -215,6 +196,4 @@ const whoami = Command.make("whoami", {}, () =>
       plan: account.plan,
       managed_inbox_address: account.managed_inbox_address
     })
-  })).pipe(Command.withDescription("Show the organization and credential in use"))
-
-export const authCommands = [login, signup, agent, claim, logout, whoami] as const
+  })

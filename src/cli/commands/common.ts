@@ -1,17 +1,7 @@
-/** Options and helpers shared by the resource commands. */
-import { Args, Options } from "@effect/cli"
+/** Helpers shared by the commands' handlers. */
 import { Effect, Option, Schema } from "effect"
 import type { ListMeta } from "../Output.js"
 import { CliFailure } from "../Failure.js"
-
-export const idArg = (what: string) =>
-  Args.text({ name: "id" }).pipe(Args.withSchema(Schema.UUID), Args.withDescription(`the ${what}'s id (UUID)`))
-
-export const paging = {
-  limit: Options.integer("limit").pipe(Options.optional, Options.withDescription("page size 1-100 (default 50)")),
-  cursor: Options.text("cursor").pipe(Options.optional, Options.withDescription("the previous page's meta.cursor")),
-  all: Options.boolean("all").pipe(Options.withDescription("follow cursors and print every page"))
-}
 
 export interface PagingArgs {
   readonly limit: Option.Option<number>
@@ -45,10 +35,6 @@ export const fetchPages = <A, E, R>(
     }
     return { items, meta: { ...meta, cursor: null } }
   })
-
-/** `true|false|yes|no|on|off` for settings that take a boolean value. */
-export const booleanValue = (name: string) =>
-  Options.choice(name, ["true", "false"]).pipe(Options.map((v) => v === "true"))
 
 export const parseDate = (name: string, value: Option.Option<string>) =>
   Option.match(value, {

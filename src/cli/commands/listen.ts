@@ -3,13 +3,14 @@
  * delivery's exact body with the signature headers the service computed, so a local handler
  * verifies `Mailroom-Signature` with the account's webhook secret as it would in production.
  */
-import { Command, Options } from "@effect/cli"
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Console, Duration, Effect, Option, Schedule } from "effect"
 import { hostname } from "node:os"
 import type { ListenEvent } from "../../listen/Api.js"
 import { CliFailure } from "../Failure.js"
 import { authedClient } from "../Session.js"
+import type { Handler } from "../Spec.js"
+import type * as S from "../Specs.js"
 import { note } from "../Terminal.js"
 
 const FORWARD_TIMEOUT = Duration.seconds(15)
@@ -22,14 +23,18 @@ interface Forwarded {
   readonly error: string | null
 }
 
-const forwardUrl = Options.text("forward-to").pipe(
-  Options.withAlias("f"),
-  Options.withDescription("local URL that receives each delivery, e.g. http://localhost:8000/webhooks")
-)
+/** Tracing headers: the CLI's own spans are nobody else's business, and a handler must not see them. */
+const TRACING_HEADERS = new Set(["b3", "traceparent", "tracestate", "baggage"])
 
-const forward = (http: HttpClient.HttpClient, url: string, event: ListenEvent) =>
-  HttpClientRequest.post(url).pipe(
-    HttpClientRequest.setHeaders({ ...event.headers, "user-agent": "Mailroom-CLI-listen/1.0" }),
+/**
+ * POSTs one delivery to the local URL with the service's headers (signature, Mailroom-Event-Id,
+ * Mailroom-Attempt, …) and nothing of the CLI's tracing.
+ */
+export const forward = (client: HttpClient.HttpClient, url: string, event: ListenEvent) => {
+  const http = HttpClient.withTracerPropagation(client, false)
+  const headers = Object.fromEntries(Object.entries(event.headers).filter(([k]) => !TRACING_HEADERS.has(k.toLowerCase())))
+  return HttpClientRequest.post(url).pipe(
+    HttpClientRequest.setHeaders({ ...headers, "user-agent": "Mailroom-CLI-listen/1.0" }),
     // The payload string is the exact body that was signed: sent as is, never re-serialized.
     HttpClientRequest.bodyText(event.payload, "application/json"),
     http.execute,
@@ -53,14 +58,9 @@ const forward = (http: HttpClient.HttpClient, url: string, event: ListenEvent) =
       })
     })
   )
+}
 
-export const listen = Command.make("listen", {
-  forwardTo: forwardUrl,
-  maxEvents: Options.integer("max-events").pipe(
-    Options.optional,
-    Options.withDescription("stop after forwarding this many deliveries (default: run until interrupted)")
-  )
-}, (o) =>
+export const listen: Handler<typeof S.listen> = (o) =>
   Effect.gen(function*() {
     let url: URL
     try {
@@ -103,8 +103,4 @@ export const listen = Command.make("listen", {
         }
       }
     }
-  }).pipe(Effect.scoped)).pipe(
-    Command.withDescription(
-      "Forward this organization's new deliveries, with their signature headers, to a local URL (no public URL needed)"
-    )
-  )
+  }).pipe(Effect.scoped)

@@ -1,6 +1,5 @@
 /** `domains`, `endpoints`, `filters` and `routes`. */
-import { Args, Command, Options } from "@effect/cli"
-import { Console, Effect, Option, Schema } from "effect"
+import { Console, Effect, Option } from "effect"
 import type { Domain } from "../../domains/Api.js"
 import { type Endpoint, Rules } from "../../endpoints/Api.js"
 import type { Filter } from "../../filters/Api.js"
@@ -8,19 +7,26 @@ import type { Route } from "../../routes/Api.js"
 import { CliFailure } from "../Failure.js"
 import { col, showList, showOne } from "../Output.js"
 import { authedClient } from "../Session.js"
-import { booleanValue, fetchPages, idArg, opt, pageParams, paging, parseJsonOption } from "./common.js"
-
-const uuidOption = (name: string, description: string) =>
-  Options.text(name).pipe(Options.withSchema(Schema.UUID), Options.optional, Options.withDescription(description))
+import type { Handler } from "../Spec.js"
+import type * as S from "../Specs.js"
+import { fetchPages, opt, pageParams, parseJsonOption } from "./common.js"
 
 /** `--domain-id UUID` or `--domain-id none` (organization-wide). */
-const domainIdOption = Options.text("domain-id").pipe(
-  Options.withSchema(Schema.Union(Schema.UUID, Schema.Literal("none"))),
-  Options.optional,
-  Options.withDescription("one of the organization's domains, or `none` for organization-wide")
-)
 const domainIdValue = (v: Option.Option<string>) =>
-  Option.match(v, { onNone: () => ({}), onSome: (id) => ({ domain_id: id === "none" ? null : id }) })
+  Option.match(v, {
+    onNone: () => Effect.succeed({}),
+    onSome: (id) =>
+      id === "none"
+        ? Effect.succeed({ domain_id: null })
+        : /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)
+        ? Effect.succeed({ domain_id: id })
+        : Effect.fail(
+          new CliFailure({
+            message: `--domain-id: "${id}" is neither a UUID nor \`none\` (\`mailroom domains list\` shows the ids)`,
+            usage: true
+          })
+        )
+  })
 
 // --- domains -----------------------------------------------------------------------------------
 
@@ -32,12 +38,12 @@ const domainColumns = [
   col<Domain>("created", (d) => d.created_at)
 ]
 
-const domainsList = Command.make("list", paging, (p) =>
+export const domainsList: Handler<typeof S.domainsList> = (p) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const page = yield* fetchPages(p, (cursor) => client.domains.list({ urlParams: pageParams(p.limit, cursor) }))
     yield* showList(target.json, page, domainColumns)
-  })).pipe(Command.withDescription("Domains, newest first"))
+  })
 
 const showDomain = (json: boolean, d: Domain) =>
   json || d.verified ? showOne(json, d) : Effect.gen(function*() {
@@ -51,14 +57,7 @@ const showDomain = (json: boolean, d: Domain) =>
       ...d.dns_records.map((r) => `  ${r.type} ${r.name} ${r.priority === null ? "" : `${r.priority} `}${r.value}`)].join("\n"))
   })
 
-const confirmed = Options.boolean("confirmed").pipe(
-  Options.withDescription("take mail over although the domain's MX points at another mailbox provider")
-)
-
-const domainsAdd = Command.make("add", {
-  domain: Args.text({ name: "domain" }).pipe(Args.withDescription("e.g. acme.com")),
-  confirmed
-}, (o) =>
+export const domainsAdd: Handler<typeof S.domainsAdd> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const d = yield* client.domains.claim({
@@ -66,9 +65,9 @@ const domainsAdd = Command.make("add", {
       headers: {}
     })
     yield* showDomain(target.json, d)
-  })).pipe(Command.withDescription("Claim a domain; publish the printed DNS records, then verify"))
+  })
 
-const domainsVerify = Command.make("verify", { id: idArg("domain"), confirmed }, (o) =>
+export const domainsVerify: Handler<typeof S.domainsVerify> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const d = yield* client.domains.verify({
@@ -77,18 +76,13 @@ const domainsVerify = Command.make("verify", { id: idArg("domain"), confirmed },
       headers: {}
     })
     yield* showDomain(target.json, d)
-  })).pipe(Command.withDescription("Check the domain's DNS records"))
+  })
 
-const domainsRm = Command.make("rm", { id: idArg("domain") }, (o) =>
+export const domainsRm: Handler<typeof S.domainsRm> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     yield* showOne(target.json, yield* client.domains.remove({ path: { id: o.id } }))
-  })).pipe(Command.withDescription("Remove a domain (its endpoints are deactivated, routes and filters deleted)"))
-
-export const domains = Command.make("domains").pipe(
-  Command.withDescription("Email domains"),
-  Command.withSubcommands([domainsList, domainsAdd, domainsVerify, domainsRm])
-)
+  })
 
 // --- endpoints ---------------------------------------------------------------------------------
 
@@ -101,69 +95,52 @@ const endpointColumns = [
   col<Endpoint>("route target", (e) => e.is_route_target)
 ]
 
-const endpointsList = Command.make("list", paging, (p) =>
+export const endpointsList: Handler<typeof S.endpointsList> = (p) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const page = yield* fetchPages(p, (cursor) => client.endpoints.list({ urlParams: pageParams(p.limit, cursor) }))
     yield* showList(target.json, page, endpointColumns)
-  })).pipe(Command.withDescription("Active endpoints, newest first"))
+  })
 
-const rulesOption = Options.text("rules").pipe(
-  Options.optional,
-  Options.withDescription("rules as JSON, e.g. '{\"event_types\":[\"email.received\"],\"max_size_bytes\":1000000}'")
-)
-
-const endpointsAdd = Command.make("add", {
-  url: Options.text("url").pipe(Options.optional, Options.withDescription("https URL (http kind)")),
-  kind: Options.choice("kind", ["http", "function"]).pipe(Options.optional, Options.withDescription("default http")),
-  functionId: uuidOption("function-id", "the function (function kind)"),
-  disabled: Options.boolean("disabled").pipe(Options.withDescription("create it disabled")),
-  domainId: domainIdOption,
-  routeTarget: Options.boolean("route-target").pipe(Options.withDescription("reachable only through routes")),
-  rules: rulesOption
-}, (o) =>
+export const endpointsAdd: Handler<typeof S.endpointsAdd> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const rules = yield* parseJsonOption("rules", Rules, o.rules)
+    const domain = yield* domainIdValue(o.domainId)
     const created = yield* client.endpoints.create({
       payload: {
         ...opt("url", o.url),
         ...opt("kind", o.kind),
         ...opt("function_id", o.functionId),
         ...(o.disabled ? { enabled: false } : {}),
-        ...domainIdValue(o.domainId),
+        ...domain,
         ...(o.routeTarget ? { is_route_target: true } : {}),
         ...opt("rules", rules)
       },
       headers: {}
     })
     yield* showOne(target.json, created)
-  })).pipe(Command.withDescription("Create a delivery endpoint (`--url URL` for a webhook)"))
+  })
 
-const endpointsUpdate = Command.make("update", {
-  id: idArg("endpoint"),
-  url: Options.text("url").pipe(Options.optional, Options.withDescription("new URL")),
-  enabled: booleanValue("enabled").pipe(Options.optional, Options.withDescription("true|false")),
-  domainId: domainIdOption,
-  rules: rulesOption
-}, (o) =>
+export const endpointsUpdate: Handler<typeof S.endpointsUpdate> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const rules = yield* parseJsonOption("rules", Rules, o.rules)
-    const payload = { ...opt("url", o.url), ...opt("enabled", o.enabled), ...domainIdValue(o.domainId), ...opt("rules", rules) }
+    const domain = yield* domainIdValue(o.domainId)
+    const payload = { ...opt("url", o.url), ...opt("enabled", o.enabled), ...domain, ...opt("rules", rules) }
     if (Object.keys(payload).length === 0) {
       return yield* new CliFailure({ message: "nothing to change: pass --url, --enabled, --domain-id or --rules", usage: true })
     }
     yield* showOne(target.json, yield* client.endpoints.update({ path: { id: o.id }, payload }))
-  })).pipe(Command.withDescription("Change an endpoint's url, enabled, domain or rules"))
+  })
 
-const endpointsRm = Command.make("rm", { id: idArg("endpoint") }, (o) =>
+export const endpointsRm: Handler<typeof S.endpointsRm> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     yield* showOne(target.json, yield* client.endpoints.remove({ path: { id: o.id } }))
-  })).pipe(Command.withDescription("Deactivate an endpoint (its routes are removed)"))
+  })
 
-const endpointsTest = Command.make("test", { id: idArg("endpoint") }, (o) =>
+export const endpointsTest: Handler<typeof S.endpointsTest> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const result = yield* client.endpoints.test({ path: { id: o.id }, headers: {} })
@@ -171,12 +148,7 @@ const endpointsTest = Command.make("test", { id: idArg("endpoint") }, (o) =>
     if (!result.delivered) {
       return yield* new CliFailure({ message: `the test was not delivered: ${result.error ?? `HTTP ${result.status_code}`}` })
     }
-  })).pipe(Command.withDescription("Send a signed synthetic email.received to the endpoint (exit 1 when not delivered)"))
-
-export const endpoints = Command.make("endpoints").pipe(
-  Command.withDescription("Delivery endpoints (webhooks and functions)"),
-  Command.withSubcommands([endpointsList, endpointsAdd, endpointsUpdate, endpointsRm, endpointsTest])
-)
+  })
 
 // --- filters -----------------------------------------------------------------------------------
 
@@ -188,44 +160,35 @@ const filterColumns = [
   col<Filter>("enabled", (f) => f.enabled)
 ]
 
-const filtersList = Command.make("list", paging, (p) =>
+export const filtersList: Handler<typeof S.filtersList> = (p) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const page = yield* fetchPages(p, (cursor) => client.filters.list({ urlParams: pageParams(p.limit, cursor) }))
     yield* showList(target.json, page, filterColumns)
-  })).pipe(Command.withDescription("Sender filters, newest first"))
+  })
 
-const filtersAdd = Command.make("add", {
-  type: Options.choice("type", ["whitelist", "blocklist"]).pipe(Options.withDescription("whitelist or blocklist")),
-  pattern: Options.text("pattern").pipe(Options.withDescription("alice@acme.com, @acme.com or *.acme.com")),
-  domainId: domainIdOption
-}, (o) =>
+export const filtersAdd: Handler<typeof S.filtersAdd> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
-    const f = yield* client.filters.create({
-      payload: { type: o.type, pattern: o.pattern, ...domainIdValue(o.domainId) },
-      headers: {}
-    })
+    const domain = yield* domainIdValue(o.domainId)
+    const f = yield* client.filters.create({ payload: { type: o.type, pattern: o.pattern, ...domain }, headers: {} })
     yield* showOne(target.json, f)
-  })).pipe(Command.withDescription("Create a sender filter"))
+  })
 
-const setEnabled = (name: "enable" | "disable") =>
-  Command.make(name, { id: idArg("filter") }, (o) =>
-    Effect.gen(function*() {
-      const { client, target } = yield* authedClient
-      yield* showOne(target.json, yield* client.filters.update({ path: { id: o.id }, payload: { enabled: name === "enable" } }))
-    })).pipe(Command.withDescription(name === "enable" ? "Enable a filter" : "Disable a filter"))
+const setEnabled = (enabled: boolean) => (o: { readonly id: string }) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    yield* showOne(target.json, yield* client.filters.update({ path: { id: o.id }, payload: { enabled } }))
+  })
 
-const filtersRm = Command.make("rm", { id: idArg("filter") }, (o) =>
+export const filtersEnable: Handler<typeof S.filtersEnable> = setEnabled(true)
+export const filtersDisable: Handler<typeof S.filtersDisable> = setEnabled(false)
+
+export const filtersRm: Handler<typeof S.filtersRm> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     yield* showOne(target.json, yield* client.filters.remove({ path: { id: o.id } }))
-  })).pipe(Command.withDescription("Delete a filter"))
-
-export const filters = Command.make("filters").pipe(
-  Command.withDescription("Sender allow/block filters"),
-  Command.withSubcommands([filtersList, filtersAdd, setEnabled("enable"), setEnabled("disable"), filtersRm])
-)
+  })
 
 // --- routes ------------------------------------------------------------------------------------
 
@@ -236,22 +199,14 @@ const routeColumns = [
   col<Route>("created", (r) => r.created_at)
 ]
 
-const routesList = Command.make("list", paging, (p) =>
+export const routesList: Handler<typeof S.routesList> = (p) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const page = yield* fetchPages(p, (cursor) => client.routes.list({ urlParams: pageParams(p.limit, cursor) }))
     yield* showList(target.json, page, routeColumns)
-  })).pipe(Command.withDescription("Recipient routes, newest first"))
+  })
 
-const routeTarget = {
-  endpointId: uuidOption("endpoint-id", "an active endpoint"),
-  functionId: uuidOption("function-id", "a function (its endpoint is reused or created)")
-}
-
-const routesAdd = Command.make("add", {
-  pattern: Options.text("pattern").pipe(Options.withDescription("support@acme.com, *@acme.com, *+tag@acme.com")),
-  ...routeTarget
-}, (o) =>
+export const routesAdd: Handler<typeof S.routesAdd> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const r = yield* client.routes.create({
@@ -259,13 +214,9 @@ const routesAdd = Command.make("add", {
       headers: {}
     })
     yield* showOne(target.json, r)
-  })).pipe(Command.withDescription("Bind a recipient pattern to an endpoint (--endpoint-id) or a function (--function-id)"))
+  })
 
-const routesUpdate = Command.make("update", {
-  id: idArg("route"),
-  pattern: Options.text("pattern").pipe(Options.optional, Options.withDescription("new pattern")),
-  ...routeTarget
-}, (o) =>
+export const routesUpdate: Handler<typeof S.routesUpdate> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const payload = { ...opt("pattern", o.pattern), ...opt("endpoint_id", o.endpointId), ...opt("function_id", o.functionId) }
@@ -273,15 +224,10 @@ const routesUpdate = Command.make("update", {
       return yield* new CliFailure({ message: "nothing to change: pass --pattern, --endpoint-id or --function-id", usage: true })
     }
     yield* showOne(target.json, yield* client.routes.update({ path: { id: o.id }, payload }))
-  })).pipe(Command.withDescription("Change a route's pattern or target"))
+  })
 
-const routesRm = Command.make("rm", { id: idArg("route") }, (o) =>
+export const routesRm: Handler<typeof S.routesRm> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     yield* showOne(target.json, yield* client.routes.remove({ path: { id: o.id } }))
-  })).pipe(Command.withDescription("Delete a route"))
-
-export const routes = Command.make("routes").pipe(
-  Command.withDescription("Recipient routes"),
-  Command.withSubcommands([routesList, routesAdd, routesUpdate, routesRm])
-)
+  })

@@ -1,0 +1,146 @@
+/**
+ * The composition root: every area's handlers, pages and background workers wired over the
+ * platform services and the database. `ServiceLive` is what `npm start` and the tests run.
+ *
+ * A new area is a folder and a line here: its handlers in `AreaHandlers` (and its group in
+ * `Api.ts`), its workers in `AreaWorkers`, a service other areas use in `AreaServicesLive`.
+ */
+import { HttpApiBuilder } from "@effect/platform"
+import { Layer } from "effect"
+import { MailroomApi } from "./Api.js"
+import { AccountHttpLive } from "./account/Http.js"
+import { WebhookSecrets } from "./account/WebhookSecret.js"
+import { DeliveryCountsMaintenanceLive } from "./deliveries/Counts.js"
+import { DeliveryAttempts, DispatcherLive } from "./deliveries/Dispatcher.js"
+import { OnEmailStoredLive } from "./deliveries/Enqueue.js"
+import { DeliveriesHttpLive } from "./deliveries/Http.js"
+import { DeliveryQueue } from "./deliveries/Queue.js"
+import { DomainsHttpLive } from "./domains/Http.js"
+import { DomainsRepo } from "./domains/Repo.js"
+import { DownloadTokens } from "./emails/DownloadTokens.js"
+import { DownloadsHttpLive, EmailsHttpLive } from "./emails/Http.js"
+import { EndpointsHttpLive } from "./endpoints/Http.js"
+import { EndpointsRepo } from "./endpoints/Repo.js"
+import { FiltersHttpLive } from "./filters/Http.js"
+import { FunctionsHttpLive } from "./functions/Http.js"
+import { FunctionInvoker } from "./functions/Invoker.js"
+import { FunctionsMaintenanceLive } from "./functions/Maintenance.js"
+import { FunctionRuntime } from "./functions/Runtime.js"
+import { AgentAccountsHttpLive } from "./identity/AgentAccountsHttp.js"
+import { IdentityHttpLive, IdentityServicesLive } from "./identity/AuthHttp.js"
+import { ClaimPageLive } from "./identity/ClaimPage.js"
+import { DevicePageLive } from "./identity/DevicePage.js"
+import { DeviceWeb } from "./identity/DeviceWeb.js"
+import { IdentityMaintenanceLive } from "./identity/Maintenance.js"
+import { InboundStore } from "./inbound/Store.js"
+import { Recipients } from "./inbound/Recipients.js"
+import { SmtpServerLive } from "./inbound/SmtpServer.js"
+import { InboxHttpLive } from "./inbox/Http.js"
+import { ListenHttpLive } from "./listen/Http.js"
+import { MemoriesHttpLive } from "./memories/Http.js"
+import { Mailer } from "./mail/Mailer.js"
+import { Dns } from "./net/Dns.js"
+import { Admission } from "./platform/Admission.js"
+import { AuthenticationLive } from "./platform/Authentication.js"
+import { Credentials } from "./platform/Credentials.js"
+import { DatabaseLive } from "./platform/Database.js"
+import { apiMiddleware } from "./platform/ErrorMapping.js"
+import { onNodeHttpServer, serveApi } from "./platform/HttpServing.js"
+import { Idempotency } from "./platform/Idempotency.js"
+import { loggerLayer } from "./platform/Logging.js"
+import { MaintenanceLive } from "./platform/Maintenance.js"
+import { ProcessStatsLive } from "./platform/ProcessStats.js"
+import { RateLimiter } from "./platform/RateLimiter.js"
+import { RouteTable } from "./platform/RouteTable.js"
+import { RouteResolver } from "./routes/Resolver.js"
+import { RoutesHttpLive } from "./routes/Http.js"
+import { RoutesRepo } from "./routes/Repo.js"
+import { ServiceHttpLive } from "./service/Http.js"
+import { ServiceRoutesLive } from "./service/Routes.js"
+
+export { loggerLayer } from "./platform/Logging.js"
+
+/** Services every area may use, built over the SqlClient. */
+export const PlatformServicesLive = Layer.mergeAll(
+  Admission.Default,
+  RateLimiter.Default,
+  Idempotency.Default,
+  Credentials.Default,
+  DownloadTokens.Default,
+  InboundStore.Default,
+  Mailer.Default
+)
+
+/** Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers. */
+export const DeliveryServicesLive = Layer.mergeAll(
+  Recipients.Default,
+  DeliveryAttempts.Default,
+  OnEmailStoredLive,
+  DeliveryQueue.Default,
+  EndpointsRepo.Default,
+  // One resolver (and its batch workers) for SMTP ingestion and the inbox readiness report.
+  RouteResolver.Default,
+  // One functions runtime (its queue, memory socket and processes) for deliveries and the API.
+  FunctionInvoker.Default,
+  FunctionRuntime.Default
+).pipe(
+  Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default]),
+  Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default])
+)
+
+/** The handlers of every group of `MailroomApi`, one line per area. */
+const AreaHandlers = [
+  ServiceHttpLive,
+  AccountHttpLive,
+  AgentAccountsHttpLive,
+  IdentityHttpLive,
+  EmailsHttpLive,
+  DownloadsHttpLive,
+  DeliveriesHttpLive,
+  InboxHttpLive,
+  ListenHttpLive,
+  DomainsHttpLive,
+  EndpointsHttpLive,
+  FiltersHttpLive,
+  RoutesHttpLive,
+  FunctionsHttpLive,
+  MemoriesHttpLive
+] as const
+
+export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
+  Layer.provide(AreaHandlers),
+  Layer.provide(AuthenticationLive)
+)
+
+/** Routes outside `/v1`: the reference, discovery documents and the browser pages. */
+const PagesLive = Layer.mergeAll(
+  ServiceRoutesLive,
+  Layer.mergeAll(DevicePageLive, ClaimPageLive).pipe(Layer.provide([IdentityServicesLive, DeviceWeb.Default]))
+)
+
+export const HttpLive = onNodeHttpServer(
+  serveApi.pipe(
+    Layer.provide(PagesLive),
+    Layer.provide(HttpApiBuilder.middleware(MailroomApi, apiMiddleware(RouteTable.of(MailroomApi)))),
+    Layer.provide(ApiLive)
+  )
+)
+
+/** Background work of the areas: SMTP ingestion, delivery workers, maintenance loops. */
+const AreaWorkers = [
+  SmtpServerLive,
+  DispatcherLive(),
+  MaintenanceLive,
+  IdentityMaintenanceLive,
+  DeliveryCountsMaintenanceLive,
+  FunctionsMaintenanceLive,
+  ProcessStatsLive
+] as const
+
+/** The whole service over an AppConfig. */
+export const ServiceLive = Layer.mergeAll(HttpLive, ...AreaWorkers).pipe(
+  Layer.provide(DeliveryServicesLive),
+  Layer.provide(PlatformServicesLive),
+  Layer.provide(DatabaseLive),
+  Layer.provide(loggerLayer)
+)

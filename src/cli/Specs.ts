@@ -1,0 +1,420 @@
+/** Every command's flags, arguments, help and examples (the handlers are in commands/, loaded on use). */
+import { choice, flag, idArg, integer, leaf, onOff, required, text, textArg, uuid } from "./Spec.js"
+
+// --- shared flags ------------------------------------------------------------------------------
+
+const paging = {
+  limit: integer("limit", "page size, 1 to 100 (default 50)", { min: 1, max: 100 }),
+  cursor: text("cursor", "CURSOR", "continue after the previous page (its meta.cursor)"),
+  all: flag("all", "follow the cursors and print every page")
+}
+
+const dateRange = {
+  from: text("from", "DATE", "created at or after this time (ISO 8601, e.g. 2026-01-31T00:00:00Z)"),
+  to: text("to", "DATE", "created at or before this time (ISO 8601)")
+}
+
+const deviceName = text("device-name", "NAME", "name of this session in the dashboard (default: the host name)")
+const acceptTerms = flag("accept-terms", "accept the terms of service without asking")
+const code = text("code", "CODE", "the 6-digit code from the email (asked for on stdin when omitted)")
+const out = text("out", "FILE", "write to this file instead of stdout", { alias: "o" })
+const domainId = text("domain-id", "ID|none", "one of the organization's domains, or `none` for organization-wide", {
+  field: "domain_id"
+})
+const confirmed = flag("confirmed", "take mail over although the domain's MX points at another mailbox provider")
+const rules = text(
+  "rules",
+  "JSON",
+  "delivery rules as JSON, e.g. '{\"event_types\":[\"email.received\"]}'"
+)
+
+/** Examples write ids as a placeholder: a real UUID makes the line too long to read. */
+const ID = "<id>"
+
+// --- credentials -------------------------------------------------------------------------------
+
+export const login = leaf({
+  name: "login",
+  summary: "Log in through the browser and store the tokens in the profile",
+  description: "Starts a device authorization: approve the printed code in a browser (opened for you unless " +
+    "--no-browser). The access and refresh tokens are stored in the profile, readable only by you.",
+  flags: { noBrowser: flag("no-browser", "only print the URL; do not open a browser"), deviceName },
+  args: {},
+  examples: ["mailroom login", "mailroom login --no-browser --device-name \"build server\""]
+})
+
+export const signup = leaf({
+  name: "signup",
+  summary: "Create an account with your email address and log in",
+  description: "A code is mailed to the address; type it when asked (or pass --code). A service without an " +
+    "outbound mail relay writes the mail to its dev outbox instead (see the message after the code is sent).",
+  flags: {
+    email: required(text("email", "ADDRESS", "your email address")),
+    acceptTerms,
+    signupCode: text("signup-code", "CODE", "a reserved sign-up code"),
+    code,
+    deviceName
+  },
+  args: {},
+  examples: ["mailroom signup --email ada@example.com --accept-terms"]
+})
+
+export const agentCreate = leaf({
+  name: "create",
+  summary: "Create an emailless agent account and store its API key",
+  flags: { acceptTerms, deviceName, force: flag("force", "replace credentials already stored in the profile") },
+  args: {},
+  examples: ["mailroom agent create --accept-terms", "mailroom agent create --accept-terms --profile bot --json"]
+})
+
+export const claim = leaf({
+  name: "claim",
+  summary: "Claim this agent account for a person (moves it to the developer plan)",
+  flags: {
+    email: text("email", "ADDRESS", "the person's email address (a code is mailed to it)"),
+    link: flag("link", "print a single-use claim link for a person instead"),
+    code
+  },
+  args: {},
+  examples: ["mailroom claim --email ada@example.com", "mailroom claim --link"]
+})
+
+export const logout = leaf({
+  name: "logout",
+  summary: "Revoke this login and remove the stored credentials",
+  flags: {},
+  args: {},
+  examples: ["mailroom logout", "mailroom logout --profile work"]
+})
+
+export const whoami = leaf({
+  name: "whoami",
+  summary: "Show the organization and credential in use",
+  flags: {},
+  args: {},
+  examples: ["mailroom whoami", "mailroom whoami --json"]
+})
+
+// --- account -----------------------------------------------------------------------------------
+
+export const accountShow = leaf({
+  name: "show",
+  summary: "Plan, limits, entitlements and settings",
+  flags: {},
+  args: {},
+  examples: ["mailroom account show --json"]
+})
+
+export const accountUpdate = leaf({
+  name: "update",
+  summary: "Change account settings",
+  flags: {
+    spamThreshold: text("spam-threshold", "N|none", "reject mail scoring at least this (0 to 15), or `none` to turn it off", {
+      field: "spam_threshold"
+    }),
+    discardContent: onOff("discard-content", "drop stored content once a delivery is confirmed", {
+      field: "discard_content_on_webhook_confirmed"
+    })
+  },
+  args: {},
+  examples: ["mailroom account update --spam-threshold 6", "mailroom account update --discard-content true"]
+})
+
+export const accountStorage = leaf({
+  name: "storage",
+  summary: "Storage used by stored emails against the plan's quota",
+  flags: {},
+  args: {},
+  examples: ["mailroom account storage"]
+})
+
+export const secretShow = leaf({
+  name: "show",
+  summary: "The webhook signing secret (created on first read)",
+  flags: {},
+  args: {},
+  examples: ["mailroom secret show", "mailroom secret show --json"]
+})
+
+export const secretRotate = leaf({
+  name: "rotate",
+  summary: "Replace the webhook secret; the old one stops working at once",
+  description: "Allowed once per hour.",
+  flags: {},
+  args: {},
+  examples: ["mailroom secret rotate"]
+})
+
+// --- domains -----------------------------------------------------------------------------------
+
+export const domainsList = leaf({
+  name: "list",
+  summary: "Domains, newest first",
+  flags: paging,
+  args: {},
+  examples: ["mailroom domains list", "mailroom domains list --all --json"]
+})
+
+export const domainsAdd = leaf({
+  name: "add",
+  summary: "Claim a domain; publish the printed DNS records, then verify it",
+  flags: { confirmed },
+  args: { domain: textArg("domain", "the domain, e.g. acme.com") },
+  examples: ["mailroom domains add acme.com"]
+})
+
+export const domainsVerify = leaf({
+  name: "verify",
+  summary: "Check the domain's DNS records",
+  flags: { confirmed },
+  args: { id: idArg("domain", "mailroom domains list") },
+  examples: [`mailroom domains verify ${ID}`]
+})
+
+export const domainsRm = leaf({
+  name: "rm",
+  summary: "Remove a domain (its endpoints are deactivated, its routes and filters deleted)",
+  flags: {},
+  args: { id: idArg("domain", "mailroom domains list") },
+  examples: [`mailroom domains rm ${ID}`]
+})
+
+// --- endpoints ---------------------------------------------------------------------------------
+
+export const endpointsList = leaf({
+  name: "list",
+  summary: "Active endpoints, newest first",
+  flags: paging,
+  args: {},
+  examples: ["mailroom endpoints list", "mailroom endpoints list --json"]
+})
+
+export const endpointsAdd = leaf({
+  name: "add",
+  summary: "Create a delivery endpoint",
+  description: "A webhook (`--url`) receives each event as a signed POST; a function endpoint runs one of the " +
+    "organization's functions.",
+  flags: {
+    url: text("url", "URL", "the https URL that receives the events (http kind)"),
+    kind: choice("kind", ["http", "function"], "the endpoint's kind (default http)"),
+    functionId: uuid("function-id", "the function to run (function kind)", { field: "function_id" }),
+    disabled: flag("disabled", "create it disabled"),
+    domainId,
+    routeTarget: flag("route-target", "reachable only through routes, not for every inbound email", {
+      field: "is_route_target"
+    }),
+    rules
+  },
+  args: {},
+  examples: [
+    "mailroom endpoints add --url https://example.com/hooks/mail",
+    "mailroom endpoints add --url https://example.com/support --route-target",
+    `mailroom endpoints add --kind function --function-id ${ID}`
+  ]
+})
+
+export const endpointsUpdate = leaf({
+  name: "update",
+  summary: "Change an endpoint's URL, state, domain or rules",
+  flags: {
+    url: text("url", "URL", "the new URL"),
+    enabled: onOff("enabled", "turn the endpoint on or off"),
+    domainId,
+    rules
+  },
+  args: { id: idArg("endpoint", "mailroom endpoints list") },
+  examples: [`mailroom endpoints update ${ID} --enabled false`]
+})
+
+export const endpointsRm = leaf({
+  name: "rm",
+  summary: "Deactivate an endpoint (its routes are removed)",
+  flags: {},
+  args: { id: idArg("endpoint", "mailroom endpoints list") },
+  examples: [`mailroom endpoints rm ${ID}`]
+})
+
+export const endpointsTest = leaf({
+  name: "test",
+  summary: "Send a signed synthetic email.received to the endpoint",
+  description: "Exits 1 when the endpoint did not accept it.",
+  flags: {},
+  args: { id: idArg("endpoint", "mailroom endpoints list") },
+  examples: [`mailroom endpoints test ${ID}`]
+})
+
+// --- filters -----------------------------------------------------------------------------------
+
+export const filtersList = leaf({
+  name: "list",
+  summary: "Sender filters, newest first",
+  flags: paging,
+  args: {},
+  examples: ["mailroom filters list"]
+})
+
+export const filtersAdd = leaf({
+  name: "add",
+  summary: "Create a sender filter",
+  flags: {
+    type: required(choice("type", ["whitelist", "blocklist"], "accept only these senders, or refuse them")),
+    pattern: required(text("pattern", "PATTERN", "alice@acme.com, @acme.com or *.acme.com")),
+    domainId
+  },
+  args: {},
+  examples: ["mailroom filters add --type blocklist --pattern @spam.example"]
+})
+
+export const filtersEnable = leaf({
+  name: "enable",
+  summary: "Enable a filter",
+  flags: {},
+  args: { id: idArg("filter", "mailroom filters list") },
+  examples: [`mailroom filters enable ${ID}`]
+})
+
+export const filtersDisable = leaf({
+  name: "disable",
+  summary: "Disable a filter",
+  flags: {},
+  args: { id: idArg("filter", "mailroom filters list") },
+  examples: [`mailroom filters disable ${ID}`]
+})
+
+export const filtersRm = leaf({
+  name: "rm",
+  summary: "Delete a filter",
+  flags: {},
+  args: { id: idArg("filter", "mailroom filters list") },
+  examples: [`mailroom filters rm ${ID}`]
+})
+
+// --- routes ------------------------------------------------------------------------------------
+
+const routeTarget = {
+  endpointId: uuid("endpoint-id", "an active endpoint", { field: "endpoint_id" }),
+  functionId: uuid("function-id", "a function (its endpoint is reused or created)", { field: "function_id" })
+}
+
+export const routesList = leaf({
+  name: "list",
+  summary: "Recipient routes, newest first",
+  flags: paging,
+  args: {},
+  examples: ["mailroom routes list"]
+})
+
+export const routesAdd = leaf({
+  name: "add",
+  summary: "Bind a recipient pattern to an endpoint or a function",
+  flags: {
+    pattern: required(text("pattern", "PATTERN", "support@acme.com, *@acme.com or *+tag@acme.com")),
+    ...routeTarget
+  },
+  args: {},
+  examples: [`mailroom routes add --pattern 'support@acme.com' --endpoint-id ${ID}`]
+})
+
+export const routesUpdate = leaf({
+  name: "update",
+  summary: "Change a route's pattern or target",
+  flags: { pattern: text("pattern", "PATTERN", "the new pattern"), ...routeTarget },
+  args: { id: idArg("route", "mailroom routes list") },
+  examples: [`mailroom routes update ${ID} --pattern '*@acme.com'`]
+})
+
+export const routesRm = leaf({
+  name: "rm",
+  summary: "Delete a route",
+  flags: {},
+  args: { id: idArg("route", "mailroom routes list") },
+  examples: [`mailroom routes rm ${ID}`]
+})
+
+// --- emails ------------------------------------------------------------------------------------
+
+export const emailsList = leaf({
+  name: "list",
+  summary: "Received emails, newest first",
+  flags: {
+    ...paging,
+    ...dateRange,
+    recipient: text("recipient", "ADDRESS", "only mail to this address"),
+    sender: text("sender", "ADDRESS", "only mail from this address"),
+    eventType: text("event-type", "TYPE", "only this event type, e.g. email.received", { field: "event_type" }),
+    status: choice("status", ["accepted", "rejected"], "only accepted or rejected mail")
+  },
+  args: {},
+  examples: ["mailroom emails list --sender ada@example.com", "mailroom emails list --from 2026-01-01T00:00:00Z --all --json"]
+})
+
+export const emailsGet = leaf({
+  name: "get",
+  summary: "One email with its text; --json for everything (headers, html, links)",
+  flags: {},
+  args: { id: idArg("email", "mailroom emails list") },
+  examples: [`mailroom emails get ${ID}`]
+})
+
+export const emailsRaw = leaf({
+  name: "raw",
+  summary: "The raw MIME message, to stdout or a file",
+  flags: { out },
+  args: { id: idArg("email", "mailroom emails list") },
+  examples: [`mailroom emails raw ${ID} > message.eml`, `mailroom emails raw ${ID} --out message.eml`]
+})
+
+export const emailsAttachments = leaf({
+  name: "attachments",
+  summary: "Every attachment as .tar.gz, or one with --index",
+  flags: { index: integer("index", "one attachment by its position (0-based)", { min: 0 }), out },
+  args: { id: idArg("email", "mailroom emails list") },
+  examples: [`mailroom emails attachments ${ID} --out attachments.tar.gz`, `mailroom emails attachments ${ID} --index 0 -o invoice.pdf`]
+})
+
+// --- deliveries --------------------------------------------------------------------------------
+
+export const deliveriesList = leaf({
+  name: "list",
+  summary: "Webhook deliveries, newest first",
+  flags: {
+    ...paging,
+    ...dateRange,
+    emailId: uuid("email-id", "only this email's deliveries", { field: "email_id" }),
+    status: choice("status", ["pending", "delivered", "header_confirmed", "failed"], "only deliveries in this state")
+  },
+  args: {},
+  examples: ["mailroom deliveries list --status failed", "mailroom deliveries list --all --json"]
+})
+
+export const deliveriesGet = leaf({
+  name: "get",
+  summary: "One delivery",
+  flags: {},
+  args: { id: idArg("delivery", "mailroom deliveries list") },
+  examples: [`mailroom deliveries get ${ID}`]
+})
+
+export const deliveriesReplay = leaf({
+  name: "replay",
+  summary: "Send the stored payload again with a fresh signature",
+  description: "Exits 1 when the endpoint did not accept it.",
+  flags: {},
+  args: { id: idArg("delivery", "mailroom deliveries list") },
+  examples: [`mailroom deliveries replay ${ID}`]
+})
+
+// --- listen ------------------------------------------------------------------------------------
+
+export const listen = leaf({
+  name: "listen",
+  summary: "Forward this organization's new deliveries to a local URL",
+  description: "Each delivery is POSTed with its exact body and signature headers, so a local handler verifies " +
+    "Mailroom-Signature with the account's webhook secret as in production. No public URL is needed.",
+  flags: {
+    forwardTo: required(text("forward-to", "URL", "the local URL that receives each delivery", { alias: "f" })),
+    maxEvents: integer("max-events", "stop after forwarding this many deliveries (default: until Ctrl-C)", { min: 1 })
+  },
+  args: {},
+  examples: ["mailroom listen --forward-to http://localhost:8000/webhooks", "mailroom listen -f http://localhost:8000/webhooks --json"]
+})

@@ -1,0 +1,120 @@
+/**
+ * The command tree: groups, their commands, and where each handler lives. Handlers are imported on
+ * use, so a command loads the API client and Effect only when it runs, and `--help` loads neither.
+ */
+import { globalFlags } from "./Root.js"
+import type { Handler, LeafSpec } from "./Spec.js"
+import * as S from "./Specs.js"
+
+export interface Leaf {
+  readonly kind: "leaf"
+  readonly spec: LeafSpec
+  readonly load: () => Promise<Handler<LeafSpec>>
+}
+
+export interface Group {
+  readonly kind: "group"
+  readonly name: string
+  readonly summary: string
+  readonly examples: ReadonlyArray<string>
+  readonly children: ReadonlyArray<Node>
+}
+
+export type Node = Leaf | Group
+
+/** Pairs a spec with its handler; the handler's parameter type is checked against the spec. */
+const cmd = <Spec extends LeafSpec>(spec: Spec, load: () => Promise<Handler<Spec>>): Leaf => ({
+  kind: "leaf",
+  spec,
+  // The parser builds the values from this same spec, so they have the shape the handler declares.
+  load: load as unknown as () => Promise<Handler<LeafSpec>>
+})
+
+const group = (name: string, summary: string, examples: ReadonlyArray<string>, children: ReadonlyArray<Node>): Group => ({
+  kind: "group",
+  name,
+  summary,
+  examples,
+  children
+})
+
+const auth = () => import("./commands/auth.js")
+const account = () => import("./commands/account.js")
+const resources = () => import("./commands/resources.js")
+const mail = () => import("./commands/mail.js")
+
+export { globalFlags }
+
+export const root: Group = group(
+  "mailroom",
+  "Mailroom from the terminal: inboxes, domains, endpoints, deliveries and local forwarding.",
+  [
+    "mailroom agent create --accept-terms",
+    "mailroom endpoints add --url https://example.com/hooks/mail",
+    "mailroom listen --forward-to http://localhost:8000/webhooks",
+    "mailroom deliveries list --status failed --json"
+  ],
+  [
+    cmd(S.login, () => auth().then((m) => m.login)),
+    cmd(S.signup, () => auth().then((m) => m.signup)),
+    group("agent", "Agent accounts", ["mailroom agent create --accept-terms"], [
+      cmd(S.agentCreate, () => auth().then((m) => m.agentCreate))
+    ]),
+    cmd(S.claim, () => auth().then((m) => m.claim)),
+    cmd(S.logout, () => auth().then((m) => m.logout)),
+    cmd(S.whoami, () => auth().then((m) => m.whoami)),
+    group("account", "The organization's account", ["mailroom account show", "mailroom account update --spam-threshold 6"], [
+      cmd(S.accountShow, () => account().then((m) => m.show)),
+      cmd(S.accountUpdate, () => account().then((m) => m.update)),
+      cmd(S.accountStorage, () => account().then((m) => m.storage))
+    ]),
+    group("secret", "The webhook signing secret", ["mailroom secret show", "mailroom secret rotate"], [
+      cmd(S.secretShow, () => account().then((m) => m.secretShow)),
+      cmd(S.secretRotate, () => account().then((m) => m.secretRotate))
+    ]),
+    group("domains", "Email domains", ["mailroom domains add acme.com", "mailroom domains list"], [
+      cmd(S.domainsList, () => resources().then((m) => m.domainsList)),
+      cmd(S.domainsAdd, () => resources().then((m) => m.domainsAdd)),
+      cmd(S.domainsVerify, () => resources().then((m) => m.domainsVerify)),
+      cmd(S.domainsRm, () => resources().then((m) => m.domainsRm))
+    ]),
+    group("endpoints", "Delivery endpoints (webhooks and functions)", [
+      "mailroom endpoints add --url https://example.com/hooks/mail",
+      "mailroom endpoints list",
+      "mailroom endpoints test <id>"
+    ], [
+      cmd(S.endpointsList, () => resources().then((m) => m.endpointsList)),
+      cmd(S.endpointsAdd, () => resources().then((m) => m.endpointsAdd)),
+      cmd(S.endpointsUpdate, () => resources().then((m) => m.endpointsUpdate)),
+      cmd(S.endpointsRm, () => resources().then((m) => m.endpointsRm)),
+      cmd(S.endpointsTest, () => resources().then((m) => m.endpointsTest))
+    ]),
+    group("filters", "Sender allow and block filters", ["mailroom filters add --type blocklist --pattern @spam.example"], [
+      cmd(S.filtersList, () => resources().then((m) => m.filtersList)),
+      cmd(S.filtersAdd, () => resources().then((m) => m.filtersAdd)),
+      cmd(S.filtersEnable, () => resources().then((m) => m.filtersEnable)),
+      cmd(S.filtersDisable, () => resources().then((m) => m.filtersDisable)),
+      cmd(S.filtersRm, () => resources().then((m) => m.filtersRm))
+    ]),
+    group("routes", "Recipient routes", ["mailroom routes add --pattern 'support@acme.com' --endpoint-id <id>"], [
+      cmd(S.routesList, () => resources().then((m) => m.routesList)),
+      cmd(S.routesAdd, () => resources().then((m) => m.routesAdd)),
+      cmd(S.routesUpdate, () => resources().then((m) => m.routesUpdate)),
+      cmd(S.routesRm, () => resources().then((m) => m.routesRm))
+    ]),
+    group("emails", "Received mail", ["mailroom emails list", "mailroom emails raw <id> > message.eml"], [
+      cmd(S.emailsList, () => mail().then((m) => m.emailsList)),
+      cmd(S.emailsGet, () => mail().then((m) => m.emailsGet)),
+      cmd(S.emailsRaw, () => mail().then((m) => m.emailsRaw)),
+      cmd(S.emailsAttachments, () => mail().then((m) => m.emailsAttachments))
+    ]),
+    group("deliveries", "Webhook deliveries", ["mailroom deliveries list --status failed", "mailroom deliveries replay <id>"], [
+      cmd(S.deliveriesList, () => mail().then((m) => m.deliveriesList)),
+      cmd(S.deliveriesGet, () => mail().then((m) => m.deliveriesGet)),
+      cmd(S.deliveriesReplay, () => mail().then((m) => m.deliveriesReplay))
+    ]),
+    cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen))
+  ]
+)
+
+export const nameOf = (node: Node) => (node.kind === "leaf" ? node.spec.name : node.name)

@@ -1,0 +1,153 @@
+/**
+ * The workerd side of one invocation: the binary, the entry module wrapped around the tenant's
+ * module, and the Cap'n Proto text config generated for each process.
+ */
+import { createRequire } from "node:module"
+
+/** The pinned binary of the npm `workerd` package. */
+export const workerdBinary = (): string => {
+  const require = createRequire(import.meta.url)
+  const mod = require("workerd") as { default: string }
+  return mod.default
+}
+
+/** Must not be later than the binary's own date (workerd 2026-11-17). */
+export const COMPATIBILITY_DATE = "2025-09-01"
+export const HEAP_LIMIT_MB = 128
+
+export const TENANT_MODULE = "function.js"
+const ENTRY_MODULE = "mailroom-entry.js"
+
+/** Binding names the service gives every function; secrets may not take them. */
+export const RESERVED_BINDINGS = ["MAILROOM", "MAILROOM_WEBHOOK_SECRET", "SERVICE_WEBHOOK_SECRET", "MEMORY", "ORG_MEMORY"] as const
+
+/** The response header the entry module sets (with this invocation's nonce) on an uncaught exception. */
+export const ERROR_HEADER = "x-mailroom-function-error"
+
+/**
+ * The entry module: loads the tenant's module (a module without a default `fetch` fails to load,
+ * so deployment rejects it), hands it an `env` without the internal bindings, answers an uncaught
+ * exception with a response marked by a nonce the tenant never sees, and holds the response until
+ * every `waitUntil` promise has settled, so the host's wall clock covers that work too.
+ * `MAILROOM.fetch` accepts paths (`/v1/…`) and reaches only `/v1`.
+ */
+const ENTRY_SOURCE = `import * as tenant from "./${TENANT_MODULE}";
+const handler = tenant.default;
+if (handler === null || (typeof handler !== "object" && typeof handler !== "function") || typeof handler.fetch !== "function") {
+  throw new Error("the module's default export has no fetch(request, env) method");
+}
+const INTERNAL = new Set(["mailroom_service", "mailroom_nonce"]);
+const BASE = "https://mailroom.internal/";
+export default {
+  async fetch(request, env, ctx) {
+    const nonce = env.mailroom_nonce;
+    const service = env.mailroom_service;
+    const tenantEnv = {};
+    for (const k of Object.keys(env)) if (!INTERNAL.has(k)) tenantEnv[k] = env[k];
+    tenantEnv.MAILROOM = Object.freeze({
+      fetch(input, init) {
+        const req = input instanceof Request ? new Request(new URL(new URL(input.url).pathname + new URL(input.url).search, BASE), input) : new Request(new URL(String(input), BASE), init);
+        const path = new URL(req.url).pathname;
+        if (path !== "/v1" && !path.startsWith("/v1/")) return Promise.reject(new TypeError("MAILROOM.fetch reaches only /v1/… paths"));
+        return service.fetch(req);
+      }
+    });
+    const pending = new Set();
+    const wrappedCtx = {
+      waitUntil(p) {
+        const settled = Promise.resolve(p).then(() => undefined, (e) => { console.error("waitUntil promise rejected:", e && e.stack || String(e)); });
+        pending.add(settled);
+        settled.finally(() => pending.delete(settled));
+      },
+      passThroughOnException() {},
+      get props() { return ctx.props; }
+    };
+    let response;
+    try {
+      response = await handler.fetch(request, tenantEnv, wrappedCtx);
+      if (!(response instanceof Response)) throw new TypeError("fetch() must return a Response, got " + (response === null ? "null" : typeof response));
+    } catch (e) {
+      const text = e && e.stack ? String(e.stack) : String(e);
+      response = new Response(text, { status: 500, headers: { "${ERROR_HEADER}": nonce } });
+    }
+    while (pending.size > 0) await Promise.all([...pending]);
+    return response;
+  }
+};
+`
+
+/** Cap'n Proto text string: `"` and `\\` escaped, every non-printable byte as `\\xNN`. */
+export const capnpString = (s: string): string => {
+  let out = "\""
+  for (const b of Buffer.from(s, "utf8")) {
+    if (b === 0x22) out += "\\\""
+    else if (b === 0x5c) out += "\\\\"
+    else if (b < 0x20 || b >= 0x7f) out += `\\x${b.toString(16).padStart(2, "0")}`
+    else out += String.fromCharCode(b)
+  }
+  return out + "\""
+}
+
+export interface ConfigInput {
+  readonly code: string
+  /** Secret binding names; the values come from the child's environment (`FN_SECRET_<i>`). */
+  readonly secretNames: ReadonlyArray<string>
+  /** The unix socket the host posts the event to. */
+  readonly invokeSocket: string
+  /** The host's memory socket and the token identifying this invocation to it. */
+  readonly memorySocket: string
+  readonly invocationToken: string
+  /** The service's own HTTP address (`host:port`) and this invocation's bearer credential. */
+  readonly serviceAddress: string
+  readonly serviceCredential: string
+}
+
+export const secretEnvName = (i: number) => `FN_SECRET_${i}`
+export const WEBHOOK_SECRET_ENV = "FN_WEBHOOK_SECRET"
+export const NONCE_ENV = "FN_NONCE"
+
+const header = (name: string, value: string) => `(name = ${capnpString(name)}, value = ${capnpString(value)})`
+
+/**
+ * The config of one process: the entry and tenant modules inline, secrets from the environment,
+ * outbound network to public addresses only, KV namespaces and the MAILROOM service through
+ * external services whose identifying headers workerd sets on every request (replacing any header
+ * of the same name the tenant sent), the event socket on a unix path, and the heap cap.
+ */
+export const buildConfig = (c: ConfigInput): string => {
+  const bindings = [
+    ...c.secretNames.map((name, i) => `(name = ${capnpString(name)}, fromEnvironment = ${capnpString(secretEnvName(i))})`),
+    `(name = "MAILROOM_WEBHOOK_SECRET", fromEnvironment = ${capnpString(WEBHOOK_SECRET_ENV)})`,
+    `(name = "SERVICE_WEBHOOK_SECRET", fromEnvironment = ${capnpString(WEBHOOK_SECRET_ENV)})`,
+    `(name = "mailroom_nonce", fromEnvironment = ${capnpString(NONCE_ENV)})`,
+    `(name = "MEMORY", kvNamespace = "kv-function")`,
+    `(name = "ORG_MEMORY", kvNamespace = "kv-org")`,
+    `(name = "mailroom_service", service = "mailroom")`
+  ]
+  const kv = (name: string, scope: string) =>
+    `(name = "${name}", external = (address = ${capnpString(`unix:${c.memorySocket}`)}, http = (injectRequestHeaders = [` +
+    `${header("x-mailroom-invocation", c.invocationToken)}, ${header("x-mailroom-scope", scope)}])))`
+  return `using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [
+    (name = "main", worker = (
+      modules = [
+        (name = ${capnpString(ENTRY_MODULE)}, esModule = ${capnpString(ENTRY_SOURCE)}),
+        (name = ${capnpString(TENANT_MODULE)}, esModule = ${capnpString(c.code)})
+      ],
+      compatibilityDate = ${capnpString(COMPATIBILITY_DATE)},
+      bindings = [${bindings.join(", ")}],
+      globalOutbound = "public-only"
+    )),
+    (name = "public-only", network = (allow = ["public"], deny = ["local", "private", "unix", "unix-abstract"],
+      tlsOptions = (trustBrowserCas = true))),
+    ${kv("kv-function", "function")},
+    ${kv("kv-org", "org")},
+    (name = "mailroom", external = (address = ${capnpString(c.serviceAddress)}, http = (injectRequestHeaders = [` +
+    `${header("authorization", `Bearer ${c.serviceCredential}`)}])))
+  ],
+  sockets = [(name = "invoke", address = ${capnpString(`unix:${c.invokeSocket}`)}, http = (), service = "main")],
+  v8Flags = ["--max-old-space-size=${HEAP_LIMIT_MB}"]
+);
+`
+}

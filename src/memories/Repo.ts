@@ -1,0 +1,131 @@
+/**
+ * SQL of memories: JSON items under string keys in an organization's scope or one function's.
+ * An expired item is invisible to every read and replaced as new by a write; rows past their
+ * expiry are removed on the way.
+ */
+import { sqlState, STORAGE_QUOTA_SQLSTATE } from "../platform/SqlErrors.js"
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect, Option } from "effect"
+import { Conflict } from "../contract/Errors.js"
+
+export const KEY_MAX_BYTES = 512
+export const VALUE_MAX_BYTES = 64 * 1024
+export const MAX_KEYS_PER_SCOPE = 10_000
+
+/** Whose items: the organization's (`functionId` null) or one of its functions'. */
+export interface MemoryScope {
+  readonly orgId: string
+  readonly functionId: string | null
+}
+
+export interface MemoryRow {
+  readonly id: string
+  readonly org_id: string
+  readonly function_id: string | null
+  readonly key: string
+  /** The serialized JSON text. */
+  readonly value: string
+  readonly size_bytes: number
+  readonly expires_at: Date | null
+  readonly created_at: Date
+  readonly updated_at: Date
+}
+
+/** Why a key cannot be used, or undefined when it can. */
+export const keyProblem = (key: string): string | undefined => {
+  const bytes = Buffer.byteLength(key, "utf8")
+  if (bytes < 1) return "must not be empty"
+  if (bytes > KEY_MAX_BYTES) return `must be at most ${KEY_MAX_BYTES} bytes of UTF-8`
+  if (/\p{Cc}/u.test(key)) return "must not contain control characters"
+  if (/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(key)) return "must be valid UTF-8"
+  return undefined
+}
+
+export class MemoriesRepo extends Effect.Service<MemoriesRepo>()("mailroom/MemoriesRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+    const inScope = (s: MemoryScope) =>
+      s.functionId === null
+        ? sql`org_id = ${s.orgId} AND function_id IS NULL`
+        : sql`org_id = ${s.orgId} AND function_id = ${s.functionId}`
+
+    const live = (at: Date) => sql`(expires_at IS NULL OR expires_at > ${at})`
+
+    /** Keys in byte order after `after`, starting with `prefix`; `limit + 1` rows tell whether more follow. */
+    const list = (s: MemoryScope, opts: { prefix: string; after: string | undefined; limit: number }) =>
+      Effect.gen(function*() {
+        const at = yield* now
+        // A LIKE pattern would need escaping; comparing the leading bytes is exact.
+        const prefixCond = opts.prefix === ""
+          ? sql`true`
+          : sql`left(key, ${[...opts.prefix].length}) = ${opts.prefix}`
+        const afterCond = opts.after === undefined ? sql`true` : sql`key COLLATE "C" > ${opts.after}`
+        const rows = yield* sql<MemoryRow>`SELECT * FROM memories WHERE ${inScope(s)} AND ${live(at)} AND ${prefixCond}
+          AND ${afterCond} ORDER BY key COLLATE "C" LIMIT ${opts.limit + 1}`
+        const total = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM memories WHERE ${inScope(s)} AND ${live(at)}
+          AND ${prefixCond}`
+        return { rows, total: total[0]!.n }
+      }).pipe(Effect.orDie)
+
+    const get = (s: MemoryScope, key: string) =>
+      Effect.gen(function*() {
+        const at = yield* now
+        const rows = yield* sql<MemoryRow>`SELECT * FROM memories WHERE ${inScope(s)} AND key = ${key} AND ${live(at)}`
+        return Option.fromNullable(rows[0])
+      }).pipe(Effect.orDie)
+
+    /** Stores `valueJson` (already checked JSON text); `created` is false when a live item was replaced. */
+    const put = (s: MemoryScope, key: string, valueJson: string, ttlSeconds: number | undefined) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const at = yield* now
+        yield* sql`DELETE FROM memories WHERE ${inScope(s)} AND key = ${key} AND NOT ${live(at)}`
+        const existing = yield* sql<{ id: string }>`SELECT id FROM memories WHERE ${inScope(s)} AND key = ${key}`
+        const expiresAt = ttlSeconds === undefined ? null : new Date(at.getTime() + ttlSeconds * 1000)
+        const size = Buffer.byteLength(valueJson, "utf8")
+        if (existing[0] !== undefined) {
+          const rows = yield* sql<MemoryRow>`UPDATE memories SET value = ${valueJson}, size_bytes = ${size},
+              expires_at = ${expiresAt}, updated_at = ${at} WHERE id = ${existing[0].id} RETURNING *`
+          return { row: rows[0]!, created: false }
+        }
+        const count = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM memories WHERE ${inScope(s)} AND ${live(at)}`
+        if (count[0]!.n >= MAX_KEYS_PER_SCOPE) {
+          return yield* new Conflict({
+            message: `this scope already holds ${MAX_KEYS_PER_SCOPE} keys; delete some first`,
+            details: { limit: MAX_KEYS_PER_SCOPE }
+          })
+        }
+        const rows = yield* sql<MemoryRow>`INSERT INTO memories (org_id, function_id, key, value, size_bytes, expires_at,
+            created_at, updated_at)
+          VALUES (${s.orgId}, ${s.functionId}, ${key}, ${valueJson}, ${size}, ${expiresAt},
+            ${at}, ${at}) RETURNING *`
+        return { row: rows[0]!, created: true }
+      })).pipe(Effect.catchTag("SqlError", (e) =>
+        sqlState(e) === STORAGE_QUOTA_SQLSTATE
+          ? Effect.fail(
+            new Conflict({
+              message: "the organization's storage quota is full: delete memories or mail to make room",
+              details: { reason: "storage_quota_exceeded" }
+            })
+          )
+          : Effect.die(e)
+      ))
+
+    const remove = (s: MemoryScope, key: string) =>
+      Effect.gen(function*() {
+        const at = yield* now
+        const rows = yield* sql<MemoryRow>`DELETE FROM memories WHERE ${inScope(s)} AND key = ${key} RETURNING *`
+        return Option.filter(Option.fromNullable(rows[0]), (r) => r.expires_at === null || r.expires_at > at)
+      }).pipe(Effect.orDie)
+
+    /** Whether the function exists in the organization (function scopes are addressed by its id). */
+    const functionExists = (orgId: string, functionId: string) =>
+      sql<{ id: string }>`SELECT id FROM functions WHERE id = ${functionId} AND org_id = ${orgId}`.pipe(
+        Effect.map((rows) => rows.length > 0),
+        Effect.orDie
+      )
+
+    return { list, get, put, remove, functionExists } as const
+  })
+}) {}

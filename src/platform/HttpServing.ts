@@ -1,0 +1,43 @@
+/**
+ * Serving an HttpApi through the request pipeline on a Node HTTP server. Knows no area: the
+ * composition root (src/Server.ts) provides the API's handlers and the extra routes to `serveApi`.
+ */
+import { HttpApi, HttpApiBuilder, HttpMiddleware, HttpRouter, HttpServer } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { Effect, Layer } from "effect"
+import { createServer } from "node:http"
+import { parseTrustedProxies } from "./ClientAddress.js"
+import { AppConfig } from "./Config.js"
+import { creatingOperations } from "./Idempotency.js"
+import { requestPipeline } from "./RequestPipeline.js"
+
+/**
+ * Like `HttpApiBuilder.serve`, but the request pipeline receives the API's app before its response
+ * is written, so it can finalize and record the exact response (see RequestPipeline).
+ */
+export const serveApi = Effect.gen(function*() {
+  // Path parameters may be long: a memory key is up to 512 bytes of UTF-8, percent-encoded.
+  const app = yield* HttpApiBuilder.httpApp.pipe(HttpRouter.withRouterConfig({ maxParamLength: 4096 }))
+  const { api } = yield* HttpApi.Api
+  const config = yield* AppConfig
+  const proxies = parseTrustedProxies(config.trustedProxies.join(","))
+  return HttpServer.serve(requestPipeline(app, {
+    createsResource: creatingOperations(api),
+    maxInflight: config.maxInflightRequests,
+    trustedProxies: "ok" in proxies && proxies.entries.length > 0 ? proxies.ok : undefined
+  }))
+}).pipe(
+  Layer.unwrapEffect,
+  Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
+)
+
+/** Binds a served app (with every route and handler provided) to `HOST:PORT`. */
+export const onNodeHttpServer = <A, E, R>(served: Layer.Layer<A, E, R>) =>
+  Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
+    served.pipe(
+      HttpServer.withLogAddress,
+      // The request span's attributes (URL, every header) are computed even for a no-op span.
+      HttpMiddleware.withTracerDisabledWhen(() => true),
+      Layer.provide(NodeHttpServer.layer(createServer, { port: config.port, host: config.host }))
+    )
+  ))

@@ -1,14 +1,17 @@
 /**
  * One SMTP transaction cannot amplify itself, and storage quotas hold at ingestion: over a raw SMTP
- * socket to the service, a recipient repeated a hundred times (in every case) is stored and
- * delivered once, and an organization past its plan's `storage_mb` gets `452 4.2.2` (at RCPT, or at
+ * socket to the service, a recipient repeated a hundred times (in every case, with any `+tag`) is
+ * stored and delivered once, and an organization past its plan's `storage_mb` gets `452 4.2.2` (at RCPT, or at
  * the end of DATA once the size is known) with nothing stored, also when transactions race.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { LIMITS, type Plan } from "../src/contract/Plans.js"
+import type { EndpointRow } from "../src/endpoints/Repo.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
+import type { Recipient } from "../src/inbound/Recipients.js"
+import { distinctRecipients } from "../src/inbound/Store.js"
 import { TestServer, testService } from "./support/harness.js"
 import { eventually, startHooks } from "./support/hooks.js"
 import { call } from "./support/http.js"
@@ -104,14 +107,48 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("inbound quota", (it
         expect(s.used_bytes).toBeLessThan(1_200_000)
       }))
 
-    it.scoped("distinct addresses of one organization keep one copy each; duplicates among them count once", () =>
+    it.scoped("100 RCPTs of +tag variants of one inbox store one email and cause one delivery; another organization keeps its copy", () =>
       Effect.gen(function*() {
+        const hooks = yield* startHooks
         const org = yield* newOrg("developer")
+        const other = yield* newOrg("developer")
+        expect((yield* call("POST", "/v1/endpoints", { token: org.token, body: { url: hooks.url("/tags") } })).status).toBe(201)
         const [local, domain] = org.address.split("@")
-        const tagged = `${local}+news@${domain}`
-        const t = yield* transaction([org.address, tagged, org.address.toUpperCase(), tagged.toUpperCase()], message(org.address, 500))
+        const rcpts = [
+          ...Array.from({ length: 99 }, (_, i) => caseVariant(`${local}+tag${i}@${domain}`, i)),
+          other.address
+        ]
+        const t = yield* transaction(rcpts, message(org.address, 200_000))
+        expect(t.rcpts.every((r) => r.code === 250)).toBe(true)
         expect(t.data?.code).toBe(250)
-        expect(yield* stored(org.orgId)).toMatchObject({ n: 2 })
+        expect(yield* stored(org.orgId)).toMatchObject({ n: 1 })
+        expect(yield* stored(other.orgId)).toMatchObject({ n: 1 })
+        yield* eventually(() => hooks.on("/tags").length >= 1)
+        yield* Effect.sleep("1500 millis")
+        expect(hooks.on("/tags").length).toBe(1)
+      }))
+
+    it.effect("one copy per organization, mailbox and destination: a tagged address routed elsewhere keeps its own", () =>
+      Effect.sync(() => {
+      const endpoint = (id: string) => Option.some({ id } as EndpointRow)
+      const recipient = (address: string, orgId: string, to: Option.Option<EndpointRow>): Recipient => ({
+        address,
+        orgId,
+        domainId: null,
+        spamThreshold: null,
+        filters: [],
+        resolution: { orgId, domainId: null, via: "fallback", routeId: null, endpoint: to }
+      })
+      const kept = distinctRecipients([
+        recipient("a@x.test", "o1", endpoint("e1")),
+        recipient("a+news@x.test", "o1", endpoint("e1")),
+        recipient("a+billing@x.test", "o1", endpoint("e2")),
+        recipient("a+other@x.test", "o1", Option.none()),
+        recipient("a+more@x.test", "o1", Option.none()),
+        recipient("b@x.test", "o1", endpoint("e1")),
+        recipient("a@x.test", "o2", endpoint("e1"))
+      ])
+        expect(kept.map((r) => r.address)).toEqual(["a@x.test", "a+billing@x.test", "a+other@x.test", "b@x.test", "a@x.test"])
       }))
   })
 

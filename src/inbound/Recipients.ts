@@ -20,6 +20,22 @@ export interface Recipient {
 
 export const normalizeAddress = (address: string) => address.trim().toLowerCase()
 
+/** The mailbox of an address: its `+tag` (RFC 5233 subaddress) removed. */
+export const mailboxOf = (address: string) => {
+  const at = address.lastIndexOf("@")
+  const plus = address.indexOf("+")
+  return plus > 0 && plus < at ? address.slice(0, plus) + address.slice(at) : address
+}
+
+/**
+ * What makes two recipients of one SMTP transaction one copy: the same organization, mailbox and
+ * destination. Case and `+tag` variants that end at the same endpoint (or at none) are stored and
+ * delivered once, so a sender cannot multiply one message by repeating RCPT; a tagged address that
+ * a route sends elsewhere still gets its own copy there.
+ */
+export const copyKey = (r: Recipient) =>
+  `${r.orgId} ${mailboxOf(r.address)} ${Option.match(r.resolution.endpoint, { onNone: () => "-", onSome: (e) => e.id })}`
+
 export class Recipients extends Effect.Service<Recipients>()("mailroom/Recipients", {
   effect: Effect.gen(function*() {
     const resolver = yield* RouteResolver

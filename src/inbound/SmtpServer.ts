@@ -17,7 +17,7 @@ import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from "s
 import { AppConfig } from "../platform/Config.js"
 import { asPortInUse } from "../platform/Ports.js"
 import { makeAnalyzePool } from "./AnalyzePool.js"
-import { normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
+import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
 import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { InboundStore } from "./Store.js"
 
@@ -78,8 +78,10 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
         if (outcome._tag === "Full") {
           return callback(smtpError(452, `4.2.2 <${address.address}>: mailbox full, try again later`))
         }
-        // Checked again: a pipelined duplicate may have been accepted meanwhile.
-        if (!list.some((r) => r.address === outcome.recipient.address)) list.push(outcome.recipient)
+        // One copy per mailbox and destination (checked again: a pipelined duplicate may have been
+        // accepted meanwhile); a repeat is answered 250 like the first.
+        const key = copyKey(outcome.recipient)
+        if (!list.some((r) => copyKey(r) === key)) list.push(outcome.recipient)
         accepted.set(session.id, list)
         callback()
       },

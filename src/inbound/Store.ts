@@ -23,7 +23,7 @@ import { sqlState } from "../platform/SqlErrors.js"
 import type { AuthResults } from "./Authenticity.js"
 import type { EventType } from "./Classify.js"
 import type { ParsedEmail } from "./Parse.js"
-import type { Recipient } from "./Recipients.js"
+import { copyKey, type Recipient } from "./Recipients.js"
 import type { SpamVerdict } from "./SpamScore.js"
 
 export interface InboundMessage {
@@ -92,14 +92,15 @@ const isQuotaError = (e: SqlError.SqlError) => sqlState(e) === QUOTA_SQLSTATE
 export class StorageQuotaExceeded extends Data.TaggedError("StorageQuotaExceeded")<{ readonly message: string }> {}
 
 /**
- * One copy per distinct recipient address: an address given again (exactly, or in another case)
- * in the same transaction is the same mailbox, stored and delivered once.
+ * One copy per mailbox and destination (`copyKey`): an address given again, in another case or
+ * with another `+tag`, that ends at the same place is stored and delivered once.
  */
 export const distinctRecipients = (recipients: ReadonlyArray<Recipient>): ReadonlyArray<Recipient> => {
   const seen = new Set<string>()
   return recipients.filter((r) => {
-    if (seen.has(r.address)) return false
-    seen.add(r.address)
+    const key = copyKey(r)
+    if (seen.has(key)) return false
+    seen.add(key)
     return true
   })
 }

@@ -143,6 +143,19 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("input screen", (it)
       }))
   })
 
+  describe("cursors that decode to what no key can be", () => {
+    it.effect("a NUL or a lone surrogate inside a memories cursor answers 400", () =>
+      Effect.gen(function*() {
+        const token = yield* apiKey
+        for (const position of ["a\u0000b", "\ud800"]) {
+          const cursor = Buffer.from(JSON.stringify(["k", position]), "utf8").toString("base64url")
+          expectInvalid(yield* call("GET", `/v1/memories?cursor=${cursor}`, { token }), "cursor: not a cursor returned by this list")
+        }
+        const fine = Buffer.from(JSON.stringify(["k", "a"]), "utf8").toString("base64url")
+        expect((yield* call("GET", `/v1/memories?cursor=${fine}`, { token })).status).toBe(200)
+      }))
+  })
+
   describe("deep JSON", () => {
     it.effect("100,000 levels answer 400 (no stack overflow); 64 levels reach the field checks", () =>
       Effect.gen(function*() {

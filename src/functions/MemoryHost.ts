@@ -62,11 +62,12 @@ export const startMemoryHost = (
         if (req.method !== "GET") return reply(res, 405, "method not allowed")
         const limitParam = Number(url.searchParams.get("key_count_limit") ?? LIST_DEFAULT)
         const limit = Number.isInteger(limitParam) && limitParam >= 1 ? Math.min(limitParam, LIST_DEFAULT) : LIST_DEFAULT
-        const { rows } = await run(repo.list(scope, {
-          prefix: url.searchParams.get("prefix") ?? "",
-          after: decodeCursor(url.searchParams.get("cursor")),
-          limit
-        }))
+        const prefix = url.searchParams.get("prefix") ?? ""
+        const after = decodeCursor(url.searchParams.get("cursor"))
+        // PostgreSQL text holds no NUL: a prefix or cursor no key could match is refused, not a 500.
+        if (prefix !== "" && keyProblem(prefix) !== undefined) return reply(res, 400, `prefix ${keyProblem(prefix)}`)
+        if (after !== undefined && keyProblem(after) !== undefined) return reply(res, 400, "not a cursor of this list")
+        const { rows } = await run(repo.list(scope, { prefix, after, limit }))
         const page = rows.slice(0, limit)
         const more = rows.length > limit
         return reply(res, 200, JSON.stringify({

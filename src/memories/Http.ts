@@ -38,7 +38,10 @@ const decodeKeyCursor = (cursor: string | undefined): Effect.Effect<string | und
   if (cursor === undefined) return Effect.succeed(undefined)
   try {
     const v = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as unknown
-    if (Array.isArray(v) && v.length === 2 && v[0] === "k" && typeof v[1] === "string") return Effect.succeed(v[1])
+    // The position is a key: one that no key could be (NUL, lone surrogates) is not a cursor of ours.
+    if (Array.isArray(v) && v.length === 2 && v[0] === "k" && typeof v[1] === "string" && keyProblem(v[1]) === undefined) {
+      return Effect.succeed(v[1])
+    }
   } catch { /* reported below */ }
   return Effect.fail(invalid("cursor", "not a cursor returned by this list"))
 }

@@ -1,9 +1,10 @@
 /**
- * Property-based hostile input for every operation of the API: bodies of every POST and PATCH
+ * Property-based hostile input for every operation of the API: bodies of every POST, PATCH and PUT
  * generated from the operation's own request schema (`Arbitrary.make`), then mutated (wrong types,
  * missing and extra keys, huge and odd unicode strings, nulls, NUL characters in every string,
  * dates outside PostgreSQL's range, 100,000-deep nesting, non-JSON); and the query and path
- * parameters of every operation, each given the same classes of values. Whatever arrives, the
+ * parameters of every operation, each given the same classes of values (cursors included: out-of-range
+ * dates, NUL inside a cursor, key cursors no key can be); and the browser pages' form posts. Whatever arrives, the
  * answer is never a 5xx and is always an envelope: `{data: …}` on success or `{error: {code, message}}`.
  */
 import { HttpApi } from "@effect/platform"
@@ -24,18 +25,18 @@ const Env = Provisioning.Default.pipe(
 )
 
 interface Operation {
-  readonly method: "POST" | "PATCH"
+  readonly method: "POST" | "PATCH" | "PUT"
   readonly path: string
   readonly body: fc.Arbitrary<unknown> | undefined
 }
 
-/** Every POST/PATCH with an arbitrary of its JSON body (encoded form), from the contract itself. */
+/** Every POST/PATCH/PUT with an arbitrary of its JSON body (encoded form), from the contract itself. */
 const operations = (): Array<Operation> => {
   const out: Array<Operation> = []
   HttpApi.reflect(MailroomApi, {
     onGroup: () => {},
     onEndpoint: ({ endpoint, payloads }) => {
-      if (endpoint.method !== "POST" && endpoint.method !== "PATCH") return
+      if (endpoint.method !== "POST" && endpoint.method !== "PATCH" && endpoint.method !== "PUT") return
       let body: fc.Arbitrary<unknown> | undefined
       const json = payloads.get("application/json") ?? [...payloads.values()][0]
       if (json !== undefined) {
@@ -62,6 +63,12 @@ const outOfRangeCursor = Buffer.from(
   "utf8"
 ).toString("base64url")
 
+/** Key-paged lists' cursors whose position no key can be: NUL, a lone surrogate. */
+const keyCursors = ["a\u0000b", "\ud800"].map((k) => Buffer.from(JSON.stringify(["k", k]), "utf8").toString("base64url"))
+/** A list cursor of the right shape with a NUL inside its date. */
+const nulCursor = Buffer.from(JSON.stringify(["2026-01-01T00:00:00.000Z\u0000", "00000000-0000-4000-8000-000000000000"]), "utf8")
+  .toString("base64url")
+
 const DEEP = 100_000
 
 const hostileString = fc.oneof(
@@ -72,7 +79,7 @@ const hostileString = fc.oneof(
     "\u0000", "\ud800", "\u202e\u0041", "🦄".repeat(1000), "a".repeat(200_000), "' OR 1=1 --", "${jndi:x}",
     "../../etc/passwd", "%00", "<script>alert(1)</script>", "\r\nX-Injected: 1", "null", "0", "-1", "1e309",
     "https://127.0.0.1/", "*", "@", "*.", "a@b@c", " ", "a\u0000b", "\u0000@example.com",
-    ...OUT_OF_RANGE_DATES, outOfRangeCursor
+    ...OUT_OF_RANGE_DATES, outOfRangeCursor, nulCursor, ...keyCursors
   )
 )
 
@@ -167,7 +174,7 @@ const paramOperations = (): Array<ParamOperation> => {
 
 /** Query and path values of every hostile class. */
 const paramValue = fc.oneof(
-  { weight: 3, arbitrary: fc.constantFrom("\u0000", "a\u0000b", ...OUT_OF_RANGE_DATES, outOfRangeCursor) },
+  { weight: 3, arbitrary: fc.constantFrom("\u0000", "a\u0000b", ...OUT_OF_RANGE_DATES, outOfRangeCursor, nulCursor, ...keyCursors) },
   { weight: 2, arbitrary: hostileString },
   { weight: 1, arbitrary: fc.constantFrom("[".repeat(500), "{\"a\":".repeat(300), "-1", "0", "101", "1e309", "true") }
 )
@@ -181,7 +188,7 @@ const isEnvelope = (status: number, body: unknown, text: string) => {
 }
 
 layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input", (it) => {
-  describe("every POST and PATCH", () => {
+  describe("every POST, PATCH and PUT", () => {
     it.effect("never answers 5xx, always an envelope, for schema-derived and mutated bodies", () =>
       Effect.gen(function*() {
         const ops = operations()
@@ -250,6 +257,52 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
       }), { timeout: 300_000 })
   })
 
+  describe("the browser pages' forms", () => {
+    it.effect("never answer 5xx for hostile fields, encodings and content types", () =>
+      Effect.gen(function*() {
+        const seed = Number(process.env.HOSTILE_SEED ?? Math.floor(Math.random() * 2 ** 31))
+        const runs = Number(process.env.HOSTILE_RUNS ?? 12) * 2
+        const forms = [
+          ["/device/send-code", ["user_code", "email", "csrf"]],
+          ["/device/sign-in", ["user_code", "code", "csrf"]],
+          ["/device/decision", ["user_code", "decision", "csrf"]],
+          ["/claim/send-code", ["token", "email"]],
+          ["/claim/verify", ["token", "code"]]
+        ] as const
+        const field = fc.oneof(hostileString, fc.constantFrom("%00", "%ZZ", "%", "a%00b", "%F0%9F", "+".repeat(50)))
+        const failures: Array<string> = []
+        let requests = 0
+        for (const [path, names] of forms) {
+          const samples = fc.sample(
+            fc.tuple(
+              fc.dictionary(fc.constantFrom(...names, "extra"), field, { maxKeys: 4 }),
+              fc.boolean(),
+              fc.constantFrom("application/x-www-form-urlencoded", "multipart/form-data", "application/json", "text/plain", "")
+            ),
+            { numRuns: runs, seed: seed + requests }
+          )
+          for (const [fields, rawEncoding, type] of samples) {
+            if (requests % 20 === 0) clock.advance(3_700_000)
+            requests++
+            // Half the bodies are encoded properly, half sent with the values as they are.
+            const body = Object.entries(fields)
+              .map(([k, v]) => `${encodeSegment(k)}=${rawEncoding ? v : encodeSegment(v)}`)
+              .join("&")
+            const reply = yield* call("POST", path, { raw: body, headers: type === "" ? {} : { "content-type": type } })
+            if (reply.status >= 500) failures.push(`POST ${path} (${type}) ${body.slice(0, 200)} → ${reply.status} ${reply.text.slice(0, 200)}`)
+          }
+          for (const [fields] of samples.slice(0, 6)) {
+            const page = path.startsWith("/device") ? "/device" : "/claim"
+            const search = Object.entries(fields).map(([k, v]) => `${encodeSegment(k)}=${encodeSegment(v)}`).join("&")
+            const reply = yield* call("GET", `${page}?${search}`, {})
+            if (reply.status >= 500) failures.push(`GET ${page}?${search.slice(0, 200)} → ${reply.status}`)
+          }
+        }
+        console.log(`hostile forms (seed ${seed}): ${requests} posts, ${failures.length} failures`)
+        expect(failures).toEqual([])
+      }), { timeout: 300_000 })
+  })
+
   describe("every operation's query and path parameters", () => {
     it.effect("never answer 5xx for NUL, out-of-range dates and cursors, deep or odd values", () =>
       Effect.gen(function*() {
@@ -267,7 +320,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
         for (const op of ops) {
           // Each query parameter on its own with each forced class, then random combinations.
           const forced = op.query.flatMap((name) =>
-            ["\u0000", OUT_OF_RANGE_DATES[0]!, outOfRangeCursor].map((v) => ({ [name]: v }))
+            ["\u0000", OUT_OF_RANGE_DATES[0]!, outOfRangeCursor, nulCursor, ...keyCursors].map((v) => ({ [name]: v }))
           )
           const random = fc.sample(
             fc.tuple(
@@ -287,7 +340,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
             const path = `${pathFor(op.path, id)}${search === "" ? "" : `?${search}`}`
             const reply = yield* call(op.method, path, {
               token: apiKey,
-              ...(op.method === "POST" || op.method === "PATCH" ? { body: {} } : {})
+              ...(op.method === "POST" || op.method === "PATCH" || op.method === "PUT" ? { body: {} } : {})
             })
             // Node refuses a request head over 16 KB itself (431, no body) before the service sees it.
             if (reply.status === 431 && path.length > 16 * 1024) continue

@@ -9,11 +9,14 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { ConfigProvider, Effect, Exit, Layer } from "effect"
 import { createHash, createHmac, hkdfSync } from "node:crypto"
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { sweepIdentity } from "../src/identity/Maintenance.js"
 import { Mailer } from "../src/mail/Mailer.js"
 import { AppConfig } from "../src/platform/Config.js"
 import { isExempt } from "../src/platform/RequestPipeline.js"
-import { parseMasterKey, ServiceKey } from "../src/platform/ServiceKey.js"
+import { MASTER_KEY_FILE, parseMasterKey, ServiceKey } from "../src/platform/ServiceKey.js"
 import { isPlainEmailAddress } from "../src/contract/EmailAddress.js"
 import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive } from "../src/Server.js"
 import { call } from "./support/http.js"
@@ -97,11 +100,8 @@ const agentAccount = Effect.map(call("POST", "/v1/agent/accounts", { body: { ter
   return r.body.data as { api_key: string; org_id: string; address: string }
 })
 
-const masterKey = Effect.gen(function*() {
-  const rows = yield* (yield* sql)<{ key: Uint8Array }>`SELECT key FROM service_keys WHERE name = 'master'`
-  expect(rows.length).toBe(1)
-  return Buffer.from(rows[0]!.key)
-})
+/** The master key, from its file in DATA_DIR (the database holds only a check value of it). */
+const masterKey = Effect.map(AppConfig, (c) => Buffer.from(readFileSync(join(c.dataDir, MASTER_KEY_FILE), "utf8").trim(), "hex"))
 const codeKey = (master: Buffer) => Buffer.from(hkdfSync("sha256", master, Buffer.alloc(0), Buffer.from("identity/codes"), 32))
 const hmac = (key: Buffer, s: string) => createHmac("sha256", key).update(s).digest("hex")
 
@@ -396,7 +396,7 @@ layer(identityService({ LOG_LEVEL: "warning" }), { timeout: 180_000, excludeTest
         expect(found).toBe(false)
       }))
 
-    it.effect("service key: created once and shared (a second instance derives the same keys); MAILROOM_SECRET_KEY wins", () =>
+    it.effect("service key: created once and shared (a second instance derives the same keys); MAILROOM_SECRET_KEY wins; another key stops", () =>
       Effect.gen(function*() {
         const derive = (purpose: string) =>
           Effect.flatMap(ServiceKey, (k) => k.derive(purpose)).pipe(Effect.provide(ServiceKey.Default))
@@ -408,16 +408,22 @@ layer(identityService({ LOG_LEVEL: "warning" }), { timeout: 180_000, excludeTest
         const master = yield* masterKey
         expect(a.equals(Buffer.from(hkdfSync("sha256", master, Buffer.alloc(0), Buffer.from("test/one"), 32)))).toBe(true)
 
-        const hex = "ab".repeat(32)
-        const configured = yield* derive("test/one").pipe(
-          Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["MAILROOM_SECRET_KEY", hex]])))
-        )
-        expect(configured.equals(Buffer.from(hkdfSync("sha256", Buffer.from(hex, "hex"), Buffer.alloc(0), Buffer.from("test/one"), 32))))
-          .toBe(true)
-        const short = yield* Effect.exit(derive("x").pipe(
-          Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["MAILROOM_SECRET_KEY", "too-short"]])))
-        ))
-        expect(Exit.isFailure(short)).toBe(true)
+        // The variable wins over the file: a process without a key file uses it and writes none.
+        const elsewhere = mkdtempSync(join(tmpdir(), "mailroom-key-"))
+        const config = yield* AppConfig
+        const withKey = (key: string) =>
+          Effect.flatMap(ServiceKey, (k) => k.derive("test/one")).pipe(
+            Effect.provide(ServiceKey.Default.pipe(Layer.provide(Layer.succeed(AppConfig, { ...config, dataDir: elsewhere })))),
+            Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["MAILROOM_SECRET_KEY", key]]))),
+            Effect.exit
+          )
+        const configured = yield* withKey(master.toString("base64"))
+        expect(Exit.isSuccess(configured) && configured.value.equals(a)).toBe(true)
+        expect(existsSync(join(elsewhere, MASTER_KEY_FILE))).toBe(false)
+        // Another key than the one the database's secrets were sealed with stops the start.
+        expect(Exit.isFailure(yield* withKey("ab".repeat(32)))).toBe(true)
+        expect(Exit.isFailure(yield* withKey("too-short"))).toBe(true)
+        rmSync(elsewhere, { recursive: true, force: true })
         const parsed = parseMasterKey(Buffer.alloc(32, 7).toString("base64"))
         expect(Buffer.isBuffer(parsed) ? parsed.length : parsed).toBe(32)
         expect(typeof parseMasterKey("ab".repeat(31))).toBe("string")

@@ -6,13 +6,17 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Cause, Effect, Exit, Layer } from "effect"
 import { createHmac, timingSafeEqual } from "node:crypto"
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import nodemailer, { type SendMailOptions } from "nodemailer"
 import { SEAL_PURPOSE as TOKEN_KEY_PURPOSE } from "../src/emails/DownloadTokens.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { open } from "../src/platform/Sealed.js"
-import { deriveKey } from "../src/platform/ServiceKey.js"
+import { AppConfig } from "../src/platform/Config.js"
+import { deriveKey, MASTER_KEY_FILE, ServiceKey } from "../src/platform/ServiceKey.js"
 import { extraServer, makeManualClock, TestServer, testDatabase, testServerOn } from "./support/harness.js"
 import { eventually, type Hooks, startHooks } from "./support/hooks.js"
 import { call } from "./support/http.js"
@@ -24,6 +28,9 @@ const advance = (ms: number) => {
   clock.advance(ms)
 }
 const nowSeconds = () => Math.floor((Date.now() + offsetMs) / 1000)
+
+/** The service's master key, read from its file in DATA_DIR as an operator would. */
+const masterKey = Effect.map(AppConfig, (c) => Buffer.from(readFileSync(join(c.dataDir, MASTER_KEY_FILE), "utf8").trim(), "hex"))
 
 const Env = Provisioning.Default.pipe(
   Layer.provideMerge(testServerOn().pipe(Layer.provide(clock.layer), Layer.provideMerge(testDatabase({ DNS_SERVER: "127.0.0.1:9" }))))
@@ -200,9 +207,9 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("webhook secrets", (
         // Read in clear as long as it is not yet sealed.
         expect((yield* secretOf(org.token)).secret).toBe(clear)
         // The download-token key as an earlier version stored it: in clear.
-        const master = yield* sql<{ key: Uint8Array }>`SELECT key FROM service_keys WHERE name = 'master'`
+        const master = yield* masterKey
         const sealedKey = (yield* sql<{ value: string }>`SELECT value FROM service_secrets WHERE name = 'download_token_key'`)[0]!.value
-        const tokenKey = open(deriveKey(master[0]!.key, TOKEN_KEY_PURPOSE), sealedKey, "download_token_key")
+        const tokenKey = open(deriveKey(master, TOKEN_KEY_PURPOSE), sealedKey, "download_token_key")
         expect(tokenKey).toMatch(/^[A-Za-z0-9_-]{43}$/)
         yield* sql`UPDATE service_secrets SET value = ${tokenKey!} WHERE name = 'download_token_key'`
         // A service started on this database (an upgraded process) seals it.
@@ -213,12 +220,54 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("webhook secrets", (
         expect(rows[0]!.prev.startsWith("v1:")).toBe(true)
         const resealed = (yield* sql<{ value: string }>`SELECT value FROM service_secrets WHERE name = 'download_token_key'`)[0]!.value
         expect(resealed.startsWith("v1:")).toBe(true)
-        expect(open(deriveKey(master[0]!.key, TOKEN_KEY_PURPOSE), resealed, "download_token_key")).toBe(tokenKey)
+        expect(open(deriveKey(master, TOKEN_KEY_PURPOSE), resealed, "download_token_key")).toBe(tokenKey)
         expect((yield* secretOf(org.token)).secret).toBe(clear)
         const hit = yield* deliverOne(hooks, "/legacy", org.address, "legacy")
         const sig = headerOf(hit.headers, "mailroom-signature")
         expect(verifies(sig, hit.body, clear)).toBe(true)
         expect(verifies(sig, hit.body, clearPrev)).toBe(true)
+      }))
+  })
+
+  describe("master key", () => {
+    it.effect("lives in DATA_DIR/secret.key (0600), never in the database", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const { dataDir } = yield* AppConfig
+        const file = join(dataDir, MASTER_KEY_FILE)
+        expect(statSync(file).mode & 0o777).toBe(0o600)
+        const master = yield* masterKey
+        const rows = yield* sql<{ name: string; key: Uint8Array }>`SELECT name, key FROM service_keys`
+        expect(rows.map((r) => r.name)).not.toContain("master")
+        for (const r of rows) expect(Buffer.from(r.key).equals(master)).toBe(false)
+      }))
+
+    it.scoped("a key an earlier version kept in the database moves to the file; another key stops the start", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const config = yield* AppConfig
+        const master = yield* masterKey
+        const dirs: Array<string> = []
+        yield* Effect.addFinalizer(() => Effect.sync(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true }))))
+        const startIn = () => {
+          const dir = mkdtempSync(join(tmpdir(), "mailroom-key-"))
+          dirs.push(dir)
+          const layer = ServiceKey.Default.pipe(Layer.provide(Layer.succeed(AppConfig, { ...config, dataDir: dir })))
+          return Effect.exit(Effect.scoped(Layer.build(layer))).pipe(Effect.map((exit) => ({ exit, dir })))
+        }
+        // An upgraded process with no file of its own finds the old row: the key moves out.
+        yield* sql`INSERT INTO service_keys (name, key) VALUES ('master', ${master})`
+        const moved = yield* startIn()
+        expect(Exit.isSuccess(moved.exit)).toBe(true)
+        expect(readFileSync(join(moved.dir, MASTER_KEY_FILE), "utf8").trim()).toBe(master.toString("hex"))
+        expect(yield* sql`SELECT 1 FROM service_keys WHERE name = 'master'`).toHaveLength(0)
+        // A process that would make a key of its own is stopped, naming what to share.
+        const stranger = yield* startIn()
+        expect(Exit.isFailure(stranger.exit)).toBe(true)
+        if (Exit.isFailure(stranger.exit)) {
+          expect(Cause.pretty(stranger.exit.cause)).toContain("is not the one this database's secrets were sealed with")
+        }
+        expect(existsSync(join(stranger.dir, MASTER_KEY_FILE))).toBe(true)
       }))
   })
 

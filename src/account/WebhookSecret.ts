@@ -71,7 +71,7 @@ export class WebhookSecrets extends Effect.Service<WebhookSecrets>()("mailroom/W
       const secret = open(key, stored, aad(orgId))
       return secret !== undefined ? Effect.succeed(secret) : Effect.dieMessage(
         `the webhook secret of organization ${orgId} does not decrypt: the service key ` +
-          "(MAILROOM_SECRET_KEY, or the generated key in service_keys) is not the one it was sealed with"
+          "(MAILROOM_SECRET_KEY, or DATA_DIR/secret.key) is not the one it was sealed with"
       )
     }
 

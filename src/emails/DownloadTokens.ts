@@ -47,8 +47,8 @@ export class DownloadTokens extends Effect.Service<DownloadTokens>()("mailroom/D
     const opened = isSealed(stored) ? open(sealing, stored, KEY_NAME) : stored
     if (opened === undefined) {
       return yield* Effect.dieMessage(
-        "the download-token key does not decrypt: the service key (MAILROOM_SECRET_KEY, or the generated key " +
-          "in service_keys) is not the one it was sealed with"
+        "the download-token key does not decrypt: the service key (MAILROOM_SECRET_KEY, or DATA_DIR/secret.key) " +
+          "is not the one it was sealed with"
       )
     }
     const key = Buffer.from(opened, "base64url")

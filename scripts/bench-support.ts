@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { connect, type Socket } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { randomBytes } from "node:crypto"
 import pg from "pg"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { DatabaseLive } from "../src/platform/Database.js"
@@ -34,7 +35,14 @@ export interface Scratch {
 /** A fresh database for one benchmark run. */
 export const scratch = async (label: string): Promise<Scratch> => {
   const dataDir = mkdtempSync(join(tmpdir(), `mailroom-${label}-`))
-  const env: Record<string, string> = { DATA_DIR: dataDir, LOG_LEVEL: "none", DNS_SERVER: "127.0.0.1:9", WEBHOOK_ALLOW_PRIVATE_URLS: "true" }
+  const env: Record<string, string> = {
+    DATA_DIR: dataDir,
+    LOG_LEVEL: "none",
+    DNS_SERVER: "127.0.0.1:9",
+    WEBHOOK_ALLOW_PRIVATE_URLS: "true",
+    // Several service processes may share this database: they share the master key too.
+    MAILROOM_SECRET_KEY: randomBytes(32).toString("hex")
+  }
   const base = process.env.DATABASE_URL
   let name: string | undefined
   if (base) {

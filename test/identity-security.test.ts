@@ -7,7 +7,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { ConfigProvider, Effect, Exit, Layer } from "effect"
+import { Effect, Exit, Layer, Option, Redacted } from "effect"
 import { createHash, createHmac, hkdfSync } from "node:crypto"
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -413,8 +413,11 @@ layer(identityService({ LOG_LEVEL: "warning" }), { timeout: 180_000, excludeTest
         const config = yield* AppConfig
         const withKey = (key: string) =>
           Effect.flatMap(ServiceKey, (k) => k.derive("test/one")).pipe(
-            Effect.provide(ServiceKey.Default.pipe(Layer.provide(Layer.succeed(AppConfig, { ...config, dataDir: elsewhere })))),
-            Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["MAILROOM_SECRET_KEY", key]]))),
+            Effect.provide(ServiceKey.Default.pipe(Layer.provide(Layer.succeed(AppConfig, {
+              ...config,
+              dataDir: elsewhere,
+              masterKey: Option.some(Redacted.make(key))
+            })))),
             Effect.exit
           )
         const configured = yield* withKey(master.toString("base64"))

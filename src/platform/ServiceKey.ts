@@ -12,7 +12,7 @@
  * that row and no key of its own moves it into the file and deletes the row.
  */
 import { SqlClient } from "@effect/sql"
-import { Config, Effect, Option, Redacted } from "effect"
+import { Effect, Option, Redacted } from "effect"
 import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto"
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
@@ -61,7 +61,7 @@ export class ServiceKey extends Effect.Service<ServiceKey>()("platform/ServiceKe
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const config = yield* AppConfig
-    const configured = yield* Config.option(Config.redacted(MASTER_KEY_ENV))
+    const configured = config.masterKey
     const legacy = yield* sql<{ key: Uint8Array }>`SELECT key FROM service_keys WHERE name = 'master'`
     const fromDatabase = legacy[0] === undefined ? undefined : Buffer.from(legacy[0].key)
     const source = Option.isSome(configured) ? MASTER_KEY_ENV : join(config.dataDir, MASTER_KEY_FILE)

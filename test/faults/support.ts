@@ -5,6 +5,7 @@
  * `FAULTS_SCALE=ci` runs fewer rounds and deliveries (what `.ci/run` uses); unset is the full run.
  */
 import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process"
+import { randomBytes } from "node:crypto"
 import { createServer, type Server } from "node:http"
 import { existsSync, readdirSync, readFileSync } from "node:fs"
 import pg from "pg"
@@ -29,8 +30,12 @@ export interface ServiceProcess {
   readonly stderr: () => string
 }
 
+/** Processes sharing one database share the master key, as an operator's would (each has its own DATA_DIR). */
+const MASTER_KEY = randomBytes(32).toString("hex")
+
 export const baseEnv = (dataDir: string, databaseUrl: string | undefined, extra: Record<string, string> = {}) => ({
   DATA_DIR: dataDir,
+  MAILROOM_SECRET_KEY: MASTER_KEY,
   WEBHOOK_ALLOW_PRIVATE_URLS: "true",
   LOG_LEVEL: "none",
   DNS_SERVER: "127.0.0.1:9",

@@ -170,7 +170,48 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("memories", (it) => 
       }))
   })
 
+  describe("storage quota", () => {
+    it.effect("a full organization's put is 409 with reason storage_quota_exceeded through the API and the KV binding; nothing stored", () =>
+      Effect.gen(function*() {
+        const { orgId, token } = yield* newOrg()
+        const sql = yield* SqlClient.SqlClient
+        const fn = yield* deploy(token, `export default { async fetch(req, env) {
+          try { await env.ORG_MEMORY.put("from-fn", JSON.stringify("x".repeat(2000))); return new Response("stored"); }
+          catch (e) { return new Response("rejected: " + e.message); }
+        } }`)
+        // Stored mail (as earlier deliveries would have left it) up to 1 KB short of the quota.
+        const quota = Number((yield* sql<{ q: string }>`SELECT storage_quota_bytes('developer')::bigint AS q`)[0]!.q)
+        const used = (yield* call("GET", "/v1/account/storage", { token })).body.data.used_bytes as number
+        yield* sql`INSERT INTO emails (org_id, recipient, size_bytes, event_type, status)
+          VALUES (${orgId}, 'filler@agents.localhost', ${quota - used - 1000}, 'email.received', 'accepted')`
+        const full = yield* call("PUT", path("too-big"), { token, body: { value: "x".repeat(2000) } })
+        expect(full.status).toBe(409)
+        expect(full.body.error).toMatchObject({ code: "conflict", details: { reason: "storage_quota_exceeded" } })
+        expect((yield* call("GET", path("too-big"), { token })).status).toBe(404)
+        const viaKv = yield* call("POST", `/v1/functions/${fn.id}/invoke`, { token, body: {} })
+        expect(viaKv.body.data.response_body).toMatch(/^rejected/)
+        expect((yield* call("GET", path("from-fn"), { token })).status).toBe(404)
+        // What still fits is stored; the storage report stays at or under 100%.
+        expect((yield* call("PUT", path("small"), { token, body: { value: 1 } })).status).toBe(201)
+        expect((yield* call("GET", "/v1/account/storage", { token })).body.data.percentage).toBeLessThanOrEqual(100)
+      }))
+  })
+
   describe("function scope", () => {
+    it.effect("a function's scope holds at most 10,000 keys of its own (409); the organization scope is separate", () =>
+      Effect.gen(function*() {
+        const { orgId, token } = yield* newOrg()
+        const sql = yield* SqlClient.SqlClient
+        const fn = yield* deploy(token, `export default { async fetch() { return new Response("") } }`)
+        yield* sql`INSERT INTO memories (org_id, function_id, key, value, size_bytes)
+          SELECT ${orgId}, ${fn.id}, 'k' || g, '1', 1 FROM generate_series(1, 10000) g`.pipe(Effect.orDie)
+        const fnPath = (k: string) => `/v1/functions/${fn.id}/memories/${encodeURIComponent(k)}`
+        const over = yield* call("PUT", fnPath("one-more"), { token, body: { value: 1 } })
+        expect(over.status).toBe(409)
+        expect(over.body.error.code).toBe("conflict")
+        expect((yield* call("PUT", path("one-more"), { token, body: { value: 1 } })).status).toBe(201)
+      }))
+
     it.effect("needs the entitlement and an existing function of the organization", () =>
       Effect.gen(function*() {
         const agent = yield* newOrg("agent")

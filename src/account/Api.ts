@@ -87,7 +87,7 @@ export class AccountApi extends HttpApiGroup.make("account")
     HttpApiEndpoint.get("storage", "/account/storage")
       .addSuccess(Ok(StorageStatistics, "StorageStatistics"))
       .addError(Wire.NotFound)
-      .annotate(OpenApi.Summary, "Storage used by stored emails, against the plan's quota")
+      .annotate(OpenApi.Summary, "Storage used by received and sent mail and memories, against the plan's quota")
   )
   .add(
     HttpApiEndpoint.get("webhookSecret", "/account/webhook-secret")

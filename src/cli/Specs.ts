@@ -122,7 +122,7 @@ export const accountUpdate = leaf({
 
 export const accountStorage = leaf({
   name: "storage",
-  summary: "Storage used by stored emails against the plan's quota",
+  summary: "Storage used (mail and memories) against the plan's quota",
   flags: {},
   args: {},
   examples: ["mailroom account storage"]

@@ -56,7 +56,7 @@ const flagLabel = (f: FlagSpec) =>
   `${f.alias !== undefined ? `-${f.alias}, ` : "    "}--${f.name}${f.placeholder !== "" ? ` ${f.placeholder}` : ""}`
 
 const flagRows = (flags: ReadonlyArray<FlagSpec>) =>
-  flags.map((f) => [flagLabel(f), `${f.description}${f.required && f.kind !== "boolean" ? " (required)" : ""}`] as const)
+  flags.map((f) => [flagLabel(f), `${f.description}${f.required && f.kind !== "boolean" && f.kind !== "many" ? " (required)" : ""}`] as const)
 
 const HELP_ROW = ["-h, --help", "show help for the command"] as const
 

@@ -7,7 +7,7 @@ import { parseArgs } from "node:util"
 import type { FlagSpec, Flags, LeafSpec } from "./Spec.js"
 import { globalFlags, type Group, type Leaf, nameOf, type Node, root } from "./Tree.js"
 
-export type Raw = Record<string, string | number | boolean | undefined>
+export type Raw = Record<string, string | number | boolean | ReadonlyArray<string> | undefined>
 
 export interface GlobalRaw {
   readonly json: boolean
@@ -163,7 +163,7 @@ const parseLeaf = (leaf: Leaf, path: ReadonlyArray<string>, args: ReadonlyArray<
     }
     const [key, f] = entry
     const display = `--${f.name}`
-    if (seen.has(key)) return usage(path, json, `${display} was given twice`)
+    if (seen.has(key) && f.kind !== "many") return usage(path, json, `${display} was given twice`)
     seen.add(key)
     if (f.kind === "boolean") {
       if (token.inlineValue === true) return usage(path, json, `${display} takes no value (it is on when present)`)
@@ -177,10 +177,16 @@ const parseLeaf = (leaf: Leaf, path: ReadonlyArray<string>, args: ReadonlyArray<
     if ("problem" in checked) {
       return usage(path, json, `${display}: ${checked.problem}`, `${display} ${f.placeholder}: ${f.description}.`)
     }
-    raw[key] = checked.value
+    if (f.kind === "many") {
+      const before = raw[key]
+      raw[key] = [...(Array.isArray(before) ? before : []), String(checked.value)]
+    } else {
+      raw[key] = checked.value
+    }
   }
   for (const [key, f] of Object.entries(spec.flags)) {
-    if (f.required && f.kind !== "boolean" && raw[key] === undefined) {
+    if (f.kind === "many" && raw[key] === undefined) raw[key] = []
+    if (f.required && f.kind !== "boolean" && f.kind !== "many" && raw[key] === undefined) {
       return usage(path, json, `missing --${f.name} ${f.placeholder}`, `--${f.name}: ${f.description}.`)
     }
     if (f.kind === "boolean" && raw[key] === undefined) raw[key] = false

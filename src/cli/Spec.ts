@@ -7,7 +7,7 @@ import type { HttpClient } from "@effect/platform"
 import type { Effect, Option } from "effect"
 import type { Globals } from "./Globals.js"
 
-export type FlagKind = "boolean" | "text" | "integer" | "uuid" | "choice"
+export type FlagKind = "boolean" | "text" | "integer" | "uuid" | "choice" | "many"
 
 export interface FlagSpec<T = unknown, Required extends boolean = boolean> {
   readonly kind: FlagKind
@@ -55,6 +55,16 @@ export const text = (name: string, placeholder: string, description: string, ext
   description,
   placeholder,
   required: false,
+  ...extra
+})
+
+/** A flag that may be given several times; the handler gets every value, in order (none: empty). */
+export const many = (name: string, placeholder: string, description: string, extra: FlagExtra = {}): FlagSpec<ReadonlyArray<string>, true> => ({
+  kind: "many",
+  name,
+  description: `${description} (repeatable)`,
+  placeholder,
+  required: true,
   ...extra
 })
 

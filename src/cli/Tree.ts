@@ -42,12 +42,13 @@ const auth = () => import("./commands/auth.js")
 const account = () => import("./commands/account.js")
 const resources = () => import("./commands/resources.js")
 const mail = () => import("./commands/mail.js")
+const functions = () => import("./commands/functions.js")
 
 export { globalFlags }
 
 export const root: Group = group(
   "mailroom",
-  "Mailroom from the terminal: inboxes, domains, endpoints, deliveries and local forwarding.",
+  "Mailroom from the terminal: inboxes, domains, endpoints, deliveries, functions and local forwarding.",
   [
     "mailroom agent create --accept-terms",
     "mailroom endpoints add --url https://example.com/hooks/mail",
@@ -112,6 +113,27 @@ export const root: Group = group(
       cmd(S.deliveriesList, () => mail().then((m) => m.deliveriesList)),
       cmd(S.deliveriesGet, () => mail().then((m) => m.deliveriesGet)),
       cmd(S.deliveriesReplay, () => mail().then((m) => m.deliveriesReplay))
+    ]),
+    group("functions", "Hosted functions run in workerd on inbound mail", [
+      "mailroom functions deploy worker.js --name triage --endpoint",
+      "mailroom functions invoke <id>",
+      "mailroom functions logs <id> --follow"
+    ], [
+      cmd(S.functionsDeploy, () => functions().then((m) => m.deploy)),
+      cmd(S.functionsList, () => functions().then((m) => m.list)),
+      cmd(S.functionsGet, () => functions().then((m) => m.get)),
+      cmd(S.functionsDelete, () => functions().then((m) => m.remove)),
+      cmd(S.functionsInvoke, () => functions().then((m) => m.invoke)),
+      cmd(S.functionsLogs, () => functions().then((m) => m.logs))
+    ]),
+    group("memories", "JSON key-value memories of the organization or of a function", [
+      "mailroom memories set settings '{\"tone\":\"brief\"}'",
+      "mailroom memories list --prefix sender/"
+    ], [
+      cmd(S.memoriesList, () => functions().then((m) => m.memoriesList)),
+      cmd(S.memoriesGet, () => functions().then((m) => m.memoriesGet)),
+      cmd(S.memoriesSet, () => functions().then((m) => m.memoriesSet)),
+      cmd(S.memoriesDelete, () => functions().then((m) => m.memoriesDelete))
     ]),
     cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen))
   ]

@@ -1,0 +1,153 @@
+/**
+ * `mailroom functions …` and `mailroom memories …` as a subprocess against a running service with
+ * real workerd: deploy (create, then redeploy by name with secrets), list, get --code, invoke (with
+ * an event file, exit 1 on a failing answer), logs (including --follow picking up a new
+ * invocation), delete; memories in both scopes with keys that need percent-encoding.
+ */
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import { mkdtempSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Provisioning } from "../src/identity/Provisioning.js"
+import { type CliEnv, runCli, startCli } from "./support/cli.js"
+import { TestServer, testService } from "./support/harness.js"
+import { call } from "./support/http.js"
+
+const SLOW = 300_000
+
+const Env = Provisioning.Default.pipe(Layer.provideMerge(testService({ FUNCTION_TIMEOUT: "20s" })))
+
+/** A developer organization and a CLI environment holding its API key. */
+const account = Effect.gen(function*() {
+  const p = yield* Provisioning
+  const server = yield* TestServer
+  const org = yield* p.createOrganization({ name: "Cli functions", plan: "developer" })
+  const { apiKey } = yield* p.issueApiKey(org.id)
+  const env: CliEnv = {
+    baseUrl: server.baseUrl,
+    configHome: mkdtempSync(join(tmpdir(), "mailroom-cli-fn-")),
+    extra: { MAILROOM_API_KEY: apiKey }
+  }
+  return { env, token: apiKey }
+})
+
+const cli = (env: CliEnv, ...args: Array<string>) => Effect.promise(() => runCli(args, env))
+
+const file = (name: string, text: string) => {
+  const dir = mkdtempSync(join(tmpdir(), "mailroom-cli-fn-files-"))
+  const path = join(dir, name)
+  writeFileSync(path, text)
+  return path
+}
+
+const echo = (tag: string) => `export default {
+  async fetch(request, env) {
+    const event = await request.json()
+    // The service redacts secret values from responses and logs: their lengths show which one ran.
+    console.log("${tag} saw " + event.event + " with a greeting of " + (env.GREETING ?? "").length)
+    if (event.fail) return new Response("no", { status: 500 })
+    return new Response("${tag}:" + (env.GREETING ?? "").length + ":" + env.GREETING)
+  }
+}`
+
+layer(Env, { timeout: SLOW, excludeTestServices: true })("cli functions", (it) => {
+  describe("functions", () => {
+    it.effect("deploy creates then redeploys by name; list, get --code, invoke, logs, delete", () =>
+      Effect.gen(function*() {
+        const { env, token } = yield* account
+        const first = yield* cli(env, "functions", "deploy", file("worker.js", echo("v1")), "--name", "greeter",
+          "--secret", "GREETING=hello", "--json")
+        expect(first.code, first.stderr).toBe(0)
+        const created = JSON.parse(first.stdout) as { id: string; version: number; secret_names: Array<string> }
+        expect(created).toMatchObject({ version: 1, secret_names: ["GREETING"] })
+
+        const again = yield* cli(env, "functions", "deploy", file("worker.js", echo("v2")), "--name", "greeter",
+          "--secret", "GREETING=bonjour", "--endpoint")
+        expect(again.code, again.stderr).toBe(0)
+        expect(again.stdout).toMatch(new RegExp(`Redeployed greeter \\(version 2, id ${created.id}\\); endpoint [0-9a-f-]{36}`))
+        const endpoints = yield* call("GET", "/v1/endpoints", { token })
+        expect(endpoints.body.data).toEqual([expect.objectContaining({ kind: "function", function_id: created.id })])
+
+        const listed = yield* cli(env, "functions", "list")
+        expect(listed.stdout).toMatch(/ID\s+NAME\s+VERSION/)
+        expect(listed.stdout).toContain("greeter")
+        const code = yield* cli(env, "functions", "get", created.id, "--code")
+        expect(code.stdout).toBe(echo("v2"))
+
+        const ran = yield* cli(env, "functions", "invoke", created.id)
+        expect(ran.code, ran.stderr).toBe(0)
+        expect(ran.stdout).toMatch(/^ok \(HTTP 200\) in \d+ ms/)
+        expect(ran.stdout).toContain("response: v2:7:[secret GREETING]")
+        expect(ran.stdout).toContain("v2 saw email.received with a greeting of 7")
+        expect(ran.stdout).not.toContain("bonjour")
+
+        const failing = yield* cli(env, "functions", "invoke", created.id, "--event",
+          file("event.json", JSON.stringify({ event: "custom.test", fail: true })))
+        expect(failing.code).toBe(1)
+        expect(failing.stdout).toContain("http_500 (HTTP 500)")
+        const notJson = yield* cli(env, "functions", "invoke", created.id, "--event", file("event.json", "nope"))
+        expect(notJson.code).toBe(2)
+        expect(notJson.stderr).toContain("is not JSON")
+
+        const logs = yield* cli(env, "functions", "logs", created.id)
+        const lines = logs.stdout.split("\n").filter((l) => /^\d{4}-/.test(l))
+        expect(lines).toHaveLength(2)
+        expect(lines[0]).toMatch(/ok .* email\.received \(invoke\)/)
+        expect(lines[1]).toMatch(/http_500 .* custom\.test \(invoke\)/)
+        expect(logs.stdout).toContain("| v2 saw custom.test with a greeting of 7")
+
+        // --follow prints an invocation made after it started, as one JSON line with --json.
+        const follow = startCli(["functions", "logs", created.id, "--follow", "--json", "--limit", "1"], env)
+        yield* Effect.promise(() => follow.waitFor(/"status":"http_500"/))
+        yield* call("POST", `/v1/functions/${created.id}/invoke`, { token, body: { event: { event: "late.one" } } })
+        const late = yield* Effect.promise(() => follow.waitFor(/\{[^\n]*"event":"late\.one"[^\n]*\}/, 30_000))
+        follow.child.kill("SIGINT")
+        yield* Effect.promise(() => follow.exit)
+        expect(JSON.parse(late[0])).toMatchObject({ status: "ok", event: "late.one", function_id: created.id })
+
+        const badSecret = yield* cli(env, "functions", "deploy", file("worker.js", echo("v3")), "--name", "greeter",
+          "--secret", "lower=x")
+        expect(badSecret.code).toBe(2)
+        expect(badSecret.stderr).toContain('--secret: "lower" is not NAME=VALUE')
+        const broken = yield* cli(env, "functions", "deploy", file("worker.js", "export default {"), "--name", "broken")
+        expect(broken.code).toBe(3)
+        expect(broken.stderr).toContain("validation_error")
+
+        const removed = yield* cli(env, "functions", "delete", created.id)
+        expect(removed.code).toBe(0)
+        expect((yield* call("GET", `/v1/functions/${created.id}`, { token })).status).toBe(404)
+      }), SLOW)
+  })
+
+  describe("memories", () => {
+    it.effect("set, get, list and delete in the organization's scope and a function's, keys percent-encoded", () =>
+      Effect.gen(function*() {
+        const { env, token } = yield* account
+        const key = "sender/ada@example.com?x y"
+        expect((yield* cli(env, "memories", "set", key, '{"count":3}')).code).toBe(0)
+        expect((yield* cli(env, "memories", "set", "plain", "just text", "--ttl", "3600")).stdout).toMatch(/Stored plain \(\d+ bytes, expires /)
+        const got = yield* cli(env, "memories", "get", key)
+        expect(JSON.parse(got.stdout)).toEqual({ count: 3 })
+        const api = yield* call("GET", `/v1/memories/${encodeURIComponent("plain")}`, { token })
+        expect(api.body.data.value).toBe("just text")
+        const listed = yield* cli(env, "memories", "list", "--prefix", "sender/", "--json")
+        expect(JSON.parse(listed.stdout).data.map((k: { key: string }) => k.key)).toEqual([key])
+
+        const fn = yield* cli(env, "functions", "deploy", file("worker.js", echo("m")), "--name", "memo", "--json")
+        const id = (JSON.parse(fn.stdout) as { id: string }).id
+        expect((yield* cli(env, "memories", "set", "state", "[1,2]", "--function", id)).code).toBe(0)
+        const scoped = yield* cli(env, "memories", "get", "state", "--function", id, "--json")
+        expect(JSON.parse(scoped.stdout)).toMatchObject({ key: "state", value: [1, 2], scope: "function", function_id: id })
+        expect((yield* cli(env, "memories", "get", "state")).code).toBe(3)
+
+        expect((yield* cli(env, "memories", "delete", key)).code).toBe(0)
+        const gone = yield* cli(env, "memories", "get", key)
+        expect(gone.code).toBe(3)
+        expect(gone.stderr).toContain("not_found")
+        const badScope = yield* cli(env, "memories", "list", "--function", "nope")
+        expect(badScope.code).toBe(2)
+        expect(badScope.stderr).toContain('--function: "nope" is not a UUID')
+      }), SLOW)
+  })
+})

@@ -226,7 +226,50 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
       }))
   })
 
+  describe("concurrency across organizations", () => {
+    it.effect("at most FUNCTION_CONCURRENCY (8) invocations run at once in the process, whatever the organizations", () =>
+      Effect.gen(function*() {
+        const code = `export default { async fetch() {
+          const start = Date.now();
+          await new Promise((r) => setTimeout(r, 900));
+          return new Response(JSON.stringify([start, Date.now()]));
+        } }`
+        const orgs = yield* Effect.all([newOrg(), newOrg(), newOrg()])
+        const fns = yield* Effect.forEach(orgs, (o) => deploy(o.token, code))
+        // 3 organizations × 4 (each at its own cap) = 12 wanted at once; only 8 may run.
+        const calls = orgs.flatMap((o, i) => Array.from({ length: 4 }, () => invoke(o.token, fns[i]!.id)))
+        const results = yield* Effect.all(calls, { concurrency: "unbounded" })
+        const spans = results.map((r) => {
+          expect(r.status).toBe("ok")
+          return JSON.parse(r.response_body) as [number, number]
+        })
+        const overlapAt = (t: number) => spans.filter(([a, b]) => a <= t && t < b).length
+        expect(Math.max(...spans.map(([a]) => overlapAt(a)))).toBeLessThanOrEqual(8)
+        const ends = spans.map(([, b]) => b).sort((x, y) => x - y)
+        expect(spans.filter(([a]) => a >= ends[0]!).length).toBeGreaterThanOrEqual(4)
+      }))
+  })
+
   describe("wall clock and crashes", () => {
+    it.effect("memory outside the heap (ArrayBuffers) past 512 MB of RSS: the watchdog stops the process, function_crashed", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const hog = yield* deploy(org.token, `export default { async fetch() {
+          const hoard = [];
+          for (let i = 0; i < 40; i++) {
+            const b = new Uint8Array(32 * 1024 * 1024);
+            b.fill(i + 1);
+            hoard.push(b);
+            await new Promise((r) => setTimeout(r, 20));
+          }
+          return new Response("kept " + hoard.length);
+        } }`)
+        const r = yield* invoke(org.token, hog.id)
+        expect(r.status, r.logs).toBe("function_crashed")
+        expect(r.error).toContain("passed 512 MB of memory and was stopped")
+        expect(workerdChildren()).toEqual([])
+      }))
+
     it.effect("a long timer, a CPU loop and endless waitUntil work are stopped at the deadline and their processes are gone", () =>
       Effect.gen(function*() {
         const org = yield* newOrg()

@@ -10,13 +10,18 @@ import nodemailer, { type SendMailOptions } from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { TestServer, testService } from "./support/harness.js"
 import { call } from "./support/http.js"
+import { captureLogs, logLines } from "./support/identity.js"
+
+// Everything the service logs, to check that no secret value reaches the log.
+captureLogs()
 
 const Env = Provisioning.Default.pipe(
   Layer.provideMerge(testService({
     FUNCTION_TIMEOUT: "3s",
     DELIVERY_RETRY_DELAYS: "300ms,600ms",
     DELIVERY_TIMEOUT: "1s",
-    DNS_SERVER: "127.0.0.1:9"
+    DNS_SERVER: "127.0.0.1:9",
+    LOG_LEVEL: "all"
   }))
 )
 
@@ -110,9 +115,17 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions", (it) =>
         expect((yield* call("GET", `/v1/functions/${fn.id}`, { token: other.token })).status).toBe(404)
         expect((yield* call("DELETE", `/v1/functions/${fn.id}`, { token: other.token })).status).toBe(404)
 
+        // A route aimed at the function (it creates the route-target endpoint) goes with it.
+        const route = yield* call("POST", "/v1/routes", {
+          token: org.token,
+          body: { pattern: org.inbox, function_id: fn.id }
+        })
+        expect(route.status, route.text).toBe(201)
         const removed = yield* call("DELETE", `/v1/functions/${fn.id}`, { token: org.token })
         expect(removed.status).toBe(200)
         expect((yield* call("GET", `/v1/functions/${fn.id}`, { token: org.token })).status).toBe(404)
+        expect((yield* call("GET", "/v1/routes", { token: org.token })).body.data).toEqual([])
+        expect((yield* call("GET", "/v1/endpoints", { token: org.token })).body.data).toEqual([])
       }))
 
     it.effect("rejects modules workerd cannot load, with workerd's message", () =>
@@ -285,6 +298,11 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions", (it) =>
         expect(dump[0]!.t).toContain(fn.id)
         expect(dump[0]!.t).not.toContain("second-secret-value")
         expect(dump[0]!.t).not.toContain(Buffer.from("second-secret-value").toString("hex"))
+        // Nor in the service's log, which did record the invocations.
+        const logged = logLines.join("\n")
+        expect(logged).toContain(`/v1/functions/${fn.id}/invoke 200`)
+        expect(logged).not.toContain("first-secret-value")
+        expect(logged).not.toContain("second-secret-value")
       }))
   })
 

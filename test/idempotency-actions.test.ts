@@ -58,6 +58,7 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("idempotency of acti
         const path of [
           "/v1/webhooks/deliveries/0b7c/replay",
           "/v1/endpoints/0b7c/test",
+          "/v1/functions/0b7c/invoke",
           "/v1/domains/0b7c/verify",
           "/v1/account/webhook-secret/rotate",
           "/v1/cli/login/poll",
@@ -128,6 +129,31 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("idempotency of acti
         ranAgain(one)
         ranAgain(two)
         expect(hooks.on("/t").length).toBe(2)
+      }))
+
+    it.effect("function invoke: the function runs twice (two invocations, two counter increments)", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg
+        const fn = yield* call("POST", "/v1/functions", {
+          token: org.apiKey,
+          body: {
+            name: "counter",
+            code: `export default { async fetch(req, env) {
+              const n = Number(await env.MEMORY.get("n") ?? "0") + 1;
+              await env.MEMORY.put("n", String(n));
+              return new Response(String(n));
+            } }`
+          }
+        })
+        expect(fn.status, fn.text).toBe(201)
+        const path = `/v1/functions/${fn.body.data.id}/invoke`
+        const one = yield* call("POST", path, { token: org.apiKey, body: {} })
+        const two = yield* call("POST", path, { token: org.apiKey, body: {} })
+        ranAgain(one)
+        ranAgain(two)
+        expect([one.body.data.response_body, two.body.data.response_body]).toEqual(["1", "2"])
+        const invocations = yield* call("GET", `/v1/functions/${fn.body.data.id}/invocations`, { token: org.apiKey })
+        expect(invocations.body.meta.total).toBe(2)
       }))
 
     it.effect("webhook secret rotation: the second is refused by its own limiter, not replayed", () =>

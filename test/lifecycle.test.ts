@@ -8,7 +8,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
-import { createServer, type Server } from "node:net"
+import { connect, createServer, type Server } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import nodemailer from "nodemailer"
@@ -45,6 +45,17 @@ const waitUntil = async (what: string, check: () => boolean | Promise<boolean>, 
     await sleep(100)
   }
 }
+
+/** Whether something accepts a TCP connection on the port. */
+const accepts = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = connect(port, "127.0.0.1")
+    socket.once("connect", () => {
+      socket.destroy()
+      resolve(true)
+    })
+    socket.once("error", () => resolve(false))
+  })
 
 const healthy = async (port: number) => {
   try {
@@ -166,55 +177,62 @@ describe(`lifecycle (${database})`, () => {
     }, 60_000)
   }
 
-  it("SIGTERM with a delivery in flight: the attempt finishes, is recorded once, exit code 0, nothing re-sent", async () => {
-    const db = await scratchDb()
-    const dir = mkdtempSync(join(tmpdir(), "mailroom-life-"))
-    const receiver = await startReceiver(2500)
-    try {
-      const env = baseEnv(dir, db.url, { SHUTDOWN_TIMEOUT: "10s", DELIVERY_RETRY_DELAYS: "1s,1s" })
-      const org = await createOrg(env, "Drain")
-      let svc = await startService(env)
-      const endpoint = await fetchReply(`${svc.baseUrl}/v1/endpoints`, "POST", { token: org.apiKey, body: { url: receiver.url("/hook") } })
-      expect(endpoint.status).toBe(201)
-      await sendMail(svc.smtpPort, org.address, "in flight")
-      await waitUntil("the request to reach the receiver", () => receiver.hits.length === 1, 20_000)
-
-      const stopping = Date.now()
-      svc.child.kill("SIGTERM")
-      expect(await svc.exited).toBe(0)
-      const took = Date.now() - stopping
-      // It waited for the slow answer (about 2.5 s after the request arrived), within the bound.
-      expect(took).toBeGreaterThan(1000)
-      expect(took).toBeLessThan(10_000)
-
-      const eventId = receiver.hits[0]!.eventId
-      const check = await openDb(dir, db.url)
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    it(`${signal} with a delivery in flight: listeners close at once, the attempt finishes, is recorded once, exit code 0, nothing re-sent`, async () => {
+      const db = await scratchDb()
+      const dir = mkdtempSync(join(tmpdir(), "mailroom-life-"))
+      const receiver = await startReceiver(2500)
       try {
-        const rows = await check.query<{ status: string; attempt_count: number; lease_owner: string | null }>(
-          "SELECT status, attempt_count, lease_owner FROM deliveries WHERE event_id = $1",
-          [eventId]
-        )
-        expect(rows).toEqual([{ status: "delivered", attempt_count: 1, lease_owner: null }])
-        const attempts = await check.query<{ attempt: number; status_code: number }>(
-          "SELECT a.attempt, a.status_code FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id WHERE d.event_id = $1",
-          [eventId]
-        )
-        expect(attempts).toEqual([{ attempt: 1, status_code: 200 }])
-      } finally {
-        await check.close()
-      }
+        const env = baseEnv(dir, db.url, { SHUTDOWN_TIMEOUT: "10s", DELIVERY_RETRY_DELAYS: "1s,1s" })
+        const org = await createOrg(env, "Drain")
+        let svc = await startService(env)
+        const endpoint = await fetchReply(`${svc.baseUrl}/v1/endpoints`, "POST", { token: org.apiKey, body: { url: receiver.url("/hook") } })
+        expect(endpoint.status).toBe(201)
+        await sendMail(svc.smtpPort, org.address, "in flight")
+        await waitUntil("the request to reach the receiver", () => receiver.hits.length === 1, 20_000)
 
-      svc = await startService(env)
-      await sleep(2000)
-      svc.child.kill("SIGTERM")
-      expect(await svc.exited).toBe(0)
-      expect(receiver.hits.filter((h) => h.eventId === eventId)).toHaveLength(1)
-    } finally {
-      await receiver.close()
-      rmSync(dir, { recursive: true, force: true })
-      await db.drop()
-    }
-  }, 300_000)
+        const stopping = Date.now()
+        svc.child.kill(signal)
+        // While the slow attempt drains, neither HTTP nor SMTP takes new work.
+        await sleep(400)
+        expect(isAlive(svc.pid)).toBe(true)
+        expect(await healthy(svc.port)).toBe(false)
+        expect(await accepts(svc.smtpPort)).toBe(false)
+        expect(await svc.exited).toBe(0)
+        const took = Date.now() - stopping
+        // It waited for the slow answer (about 2.5 s after the request arrived), within the bound.
+        expect(took).toBeGreaterThan(1000)
+        expect(took).toBeLessThan(10_000)
+
+        const eventId = receiver.hits[0]!.eventId
+        const check = await openDb(dir, db.url)
+        try {
+          const rows = await check.query<{ status: string; attempt_count: number; lease_owner: string | null }>(
+            "SELECT status, attempt_count, lease_owner FROM deliveries WHERE event_id = $1",
+            [eventId]
+          )
+          expect(rows).toEqual([{ status: "delivered", attempt_count: 1, lease_owner: null }])
+          const attempts = await check.query<{ attempt: number; status_code: number }>(
+            "SELECT a.attempt, a.status_code FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id WHERE d.event_id = $1",
+            [eventId]
+          )
+          expect(attempts).toEqual([{ attempt: 1, status_code: 200 }])
+        } finally {
+          await check.close()
+        }
+
+        svc = await startService(env)
+        await sleep(2000)
+        svc.child.kill("SIGTERM")
+        expect(await svc.exited).toBe(0)
+        expect(receiver.hits.filter((h) => h.eventId === eventId)).toHaveLength(1)
+      } finally {
+        await receiver.close()
+        rmSync(dir, { recursive: true, force: true })
+        await db.drop()
+      }
+    }, 300_000)
+  }
 
   it("SIGTERM with an attempt longer than SHUTDOWN_TIMEOUT: recorded as `shutdown`, sent again once at the next start", async () => {
     const db = await scratchDb()

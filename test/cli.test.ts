@@ -5,7 +5,9 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
+import { inject } from "vitest"
 import { Effect, Layer } from "effect"
+import { execFile } from "node:child_process"
 import { createHmac } from "node:crypto"
 import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -406,6 +408,26 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("cli", (it) => {
         }
       }
     })
+
+    it.effect("on a real terminal headings are bold, unless NO_COLOR is set", () =>
+      Effect.gen(function*() {
+        // util-linux `script` gives the CLI a pseudo-terminal for stdout.
+        const onTerminal = (noColor: string | undefined) =>
+          Effect.promise(() =>
+            new Promise<string>((resolve, reject) => {
+              const bundle = inject("cliBundle")
+              const command = `${JSON.stringify(process.execPath)} ${JSON.stringify(bundle)} --help`
+              const { NO_COLOR: _n, ...rest } = process.env
+              execFile("script", ["-qc", command, "/dev/null"], {
+                env: { ...rest, TERM: "xterm", ...(noColor === undefined ? {} : { NO_COLOR: noColor }) }
+              }, (error, stdout) => (error ? reject(error) : resolve(stdout)))
+            })
+          )
+        expect(yield* onTerminal(undefined)).toContain("\u001b[1mUSAGE\u001b[0m")
+        const plain = yield* onTerminal("1")
+        expect(plain).toContain("USAGE")
+        expect(plain).not.toContain("\u001b[")
+      }), SLOW)
 
     it.effect("usage errors name the argument or flag and suggest the fix, on stderr, exit 2", () =>
       Effect.gen(function*() {

@@ -18,6 +18,7 @@ import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { AppConfig } from "./Config.js"
+import { databaseTemplatePath } from "./DatabaseTemplate.js"
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL("../../migrations", import.meta.url))
 
@@ -97,19 +98,24 @@ const lockDataDir = (dataDir: string) =>
 export class DatabaseInitFailed extends Data.TaggedError("DatabaseInitFailed")<{ readonly message: string }> {}
 
 /**
- * Creates the embedded database's files (PostgreSQL's initdb) in a short-lived child process. PGlite
- * runs initdb in a second PostgreSQL instance plus the initdb module beside the one that stays, and
- * WebAssembly memory is never returned: done in the service itself, a first start peaked at ~900 MB
- * and kept ~770 MB, where opening initialized files peaks at ~450 MB. The child's memory goes with it.
+ * Creates the embedded database's files in a short-lived child process, whose memory goes with it
+ * (WebAssembly memory is never returned). The child unpacks the tarball `npm install` made
+ * (DatabaseTemplate.ts; peak ~380 MB) or, without one, runs PostgreSQL's initdb, for which PGlite
+ * starts a second instance plus the initdb module (peak ~820 MB). Done in the service itself, a
+ * first start peaked at ~900 MB and kept ~770 MB, where opening initialized files peaks at ~450 MB.
  */
 const initializeDataDir = (dataDir: string) =>
   Effect.gen(function*() {
     if (existsSync(join(dataDir, "PG_VERSION"))) return
     mkdirSync(dataDir, { recursive: true })
     const pglite = createRequire(import.meta.url).resolve("@electric-sql/pglite")
-    const script = "require(process.argv[1]).PGlite.create(process.argv[2]).then((db) => db.close())"
+    const template = databaseTemplatePath()
+    const script = "const [lib, dir, template] = process.argv.slice(1);" +
+      "const options = template ? { loadDataDir: new Blob([require('node:fs').readFileSync(template)]) } : {};" +
+      "require(lib).PGlite.create(dir, options).then((db) => db.close())"
+    const args = ["-e", script, pglite, dataDir, existsSync(template) ? template : ""]
     yield* Effect.async<void, DatabaseInitFailed>((resume) => {
-      execFile(process.execPath, ["-e", script, pglite, dataDir], { timeout: 300_000 }, (error, _stdout, stderr) => {
+      execFile(process.execPath, args, { timeout: 300_000 }, (error, _stdout, stderr) => {
         resume(
           error === null
             ? Effect.void

@@ -21,7 +21,8 @@ const FORBIDDEN: ReadonlyArray<readonly [string, RegExp]> = [
 
 /** Every tracked text file (binary files and the lock file hold no prose). */
 const trackedFiles = () =>
-  execFileSync("git", ["ls-files", "-z"], { cwd: ROOT, encoding: "utf8" })
+  // Tracked files and new ones not yet added (ignored ones excluded), so a new file is checked before its commit.
+  execFileSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard"], { cwd: ROOT, encoding: "utf8" })
     .split("\0")
     .filter((f) => f !== "" && f !== "package-lock.json")
 

@@ -5,52 +5,22 @@ import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { requireEntitlement } from "../account/Entitlement.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
-import { NotFound, ValidationError } from "../contract/Errors.js"
+import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { AppConfig } from "../platform/Config.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { newEventId, serializeEvent, syntheticEmailReceived, truncateUtf8 } from "../webhooks/Payload.js"
-import { CODE_MAX_BYTES, MAX_SECRETS, SECRET_NAME, SECRET_VALUE_MAX_BYTES } from "./Api.js"
+import { FunctionDeployer } from "./Deploy.js"
 import { FunctionInvoker } from "./Invoker.js"
 import { FunctionsRepo, toFunction, toFunctionWithCode, toInvocation } from "./Repo.js"
-import { FunctionRuntime } from "./Runtime.js"
-import { RESERVED_BINDINGS } from "./Workerd.js"
 
 const RESPONSE_BODY_LIMIT = 2048
-
-const invalid = (issues: ReadonlyArray<{ field: string; reason: string }>) =>
-  new ValidationError({
-    message: issues.map((i) => `${i.field}: ${i.reason}`).join("; "),
-    details: { issues: issues.map((i) => ({ field: i.field, reason: i.reason })) }
-  })
-
-/** Every problem of a code and secrets change, reported together. */
-const checkInput = (code: string | undefined, secrets: Readonly<Record<string, string | null>> | undefined) => {
-  const issues: Array<{ field: string; reason: string }> = []
-  if (code !== undefined && Buffer.byteLength(code, "utf8") > CODE_MAX_BYTES) {
-    issues.push({ field: "code", reason: `must be at most ${CODE_MAX_BYTES} bytes` })
-  }
-  if (secrets !== undefined) {
-    const names = Object.keys(secrets)
-    if (names.length > MAX_SECRETS) issues.push({ field: "secrets", reason: `at most ${MAX_SECRETS} secrets` })
-    for (const [name, value] of Object.entries(secrets)) {
-      if (!SECRET_NAME.test(name)) issues.push({ field: `secrets.${name}`, reason: "names match ^[A-Z][A-Z0-9_]{0,63}$" })
-      else if ((RESERVED_BINDINGS as ReadonlyArray<string>).includes(name)) {
-        issues.push({ field: `secrets.${name}`, reason: "is a binding the service provides" })
-      }
-      if (value !== null && Buffer.byteLength(value, "utf8") > SECRET_VALUE_MAX_BYTES) {
-        issues.push({ field: `secrets.${name}`, reason: `values are at most ${SECRET_VALUE_MAX_BYTES} bytes` })
-      }
-    }
-  }
-  return issues.length === 0 ? Effect.void : Effect.fail(invalid(issues))
-}
 
 export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* FunctionsRepo
-    const runtime = yield* FunctionRuntime
+    const deployer = yield* FunctionDeployer
     const invoker = yield* FunctionInvoker
     const webhookSecrets = yield* WebhookSecrets
     const config = yield* AppConfig
@@ -69,18 +39,11 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
         onSome: Effect.succeed
       }))
 
-    /** workerd must load the module; its message is the error. */
-    const validated = (code: string) =>
-      Effect.flatMap(runtime.validate(code), (problem) =>
-        problem === undefined ? Effect.void : Effect.fail(invalid([{ field: "code", reason: problem }])))
-
     return handlers
       .handle("create", ({ payload }) =>
         Effect.gen(function*() {
           const org = yield* entitledOrg
-          yield* checkInput(payload.code, payload.secrets)
-          yield* validated(payload.code)
-          return toFunction(yield* repo.insert(org, { name: payload.name, code: payload.code, secrets: payload.secrets ?? {} }))
+          return toFunction(yield* deployer.create(org, { name: payload.name, code: payload.code, secrets: payload.secrets ?? {} }))
         }))
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
@@ -99,16 +62,7 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
         Effect.gen(function*() {
           const org = yield* entitledOrg
           const current = yield* found(org, path.id)
-          yield* checkInput(payload.code, payload.secrets)
-          if (payload.secrets !== undefined) {
-            const kept = new Set(current.secret_names)
-            for (const [k, v] of Object.entries(payload.secrets)) {
-              if (v === null) kept.delete(k)
-              else kept.add(k)
-            }
-            if (kept.size > MAX_SECRETS) return yield* invalid([{ field: "secrets", reason: `at most ${MAX_SECRETS} secrets` }])
-          }
-          if (payload.code !== undefined) yield* validated(payload.code)
+          yield* deployer.check(payload.code, payload.secrets, current.secret_names)
           return toFunction(yield* repo.update(current, payload))
         }))
       .handle("remove", ({ path }) =>
@@ -167,4 +121,4 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
           const { rows, total } = yield* repo.invocations(path.id, limit, after)
           return pageOf(rows, limit, total, toInvocation)
         }))
-  })).pipe(Layer.provide([FunctionsRepo.Default, WebhookSecrets.Default]))
+  })).pipe(Layer.provide(FunctionDeployer.Default), Layer.provide([FunctionsRepo.Default, WebhookSecrets.Default]))

@@ -38,6 +38,7 @@ import { SmtpServerLive } from "./inbound/SmtpServer.js"
 import { InboxHttpLive } from "./inbox/Http.js"
 import { ListenHttpLive } from "./listen/Http.js"
 import { MemoriesHttpLive } from "./memories/Http.js"
+import { TemplatesHttpLive } from "./templates/Http.js"
 import { Mailer } from "./mail/Mailer.js"
 import { Dns } from "./net/Dns.js"
 import { Admission } from "./platform/Admission.js"
@@ -104,7 +105,8 @@ const AreaHandlers = [
   FiltersHttpLive,
   RoutesHttpLive,
   FunctionsHttpLive,
-  MemoriesHttpLive
+  MemoriesHttpLive,
+  TemplatesHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(

@@ -117,7 +117,8 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
                 memorySocket,
                 invocationToken,
                 serviceAddress: serviceAddress(config.host, config.port),
-                serviceCredential: credential
+                serviceCredential: credential,
+                allowPrivateNetwork: config.functionAllowPrivateNetwork
               })
             ),
           () =>

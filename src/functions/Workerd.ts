@@ -100,6 +100,8 @@ export interface ConfigInput {
   /** The service's own HTTP address (`host:port`) and this invocation's bearer credential. */
   readonly serviceAddress: string
   readonly serviceCredential: string
+  /** Development only (`FUNCTION_ALLOW_PRIVATE_NETWORK`): loopback and private addresses reachable too. */
+  readonly allowPrivateNetwork?: boolean
 }
 
 export const secretEnvName = (i: number) => `FN_SECRET_${i}`
@@ -139,7 +141,9 @@ const config :Workerd.Config = (
       bindings = [${bindings.join(", ")}],
       globalOutbound = "public-only"
     )),
-    (name = "public-only", network = (allow = ["public"], deny = ["local", "private", "unix", "unix-abstract"],
+    (name = "public-only", network = (${c.allowPrivateNetwork === true
+      ? `allow = ["public", "private", "local"], deny = ["unix", "unix-abstract"]`
+      : `allow = ["public"], deny = ["local", "private", "unix", "unix-abstract"]`},
       tlsOptions = (trustBrowserCas = true))),
     ${kv("kv-function", "function")},
     ${kv("kv-org", "org")},

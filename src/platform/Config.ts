@@ -37,6 +37,8 @@ export interface AppConfigShape {
   readonly functionTimeout: Duration.Duration
   /** Function invocations running at once in this process (at most 4 of them per organization). */
   readonly functionConcurrency: number
+  /** Development only: functions may reach loopback and private addresses (a local receiver). */
+  readonly functionAllowPrivateNetwork: boolean
   /** `MAILROOM_SECRET_KEY`: the master key sealing secrets at rest (else `DATA_DIR/secret.key`; ServiceKey.ts). */
   readonly masterKey: Option.Option<Redacted.Redacted<string>>
 }
@@ -170,6 +172,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
         : Either.left(ConfigError.InvalidData(["FUNCTION_CONCURRENCY"], `must be an integer from 1 to 256, got ${n}`))
     )
   ),
+  functionAllowPrivateNetwork: bool("FUNCTION_ALLOW_PRIVATE_NETWORK", false),
   masterKey: Config.option(Config.redacted("MAILROOM_SECRET_KEY"))
 }).pipe(
   Config.map((c) => ({

@@ -1,0 +1,88 @@
+/** Handlers of the Templates area: public reads, and the install (function, endpoint, route) in one transaction. */
+import { HttpApiBuilder } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { Effect, Layer } from "effect"
+import { MailroomApi } from "../Api.js"
+import { requireEntitlement } from "../account/Entitlement.js"
+import { NotFound } from "../contract/Errors.js"
+import { CurrentPrincipal } from "../contract/Security.js"
+import { EndpointsRepo, toEndpoint } from "../endpoints/Repo.js"
+import { EndpointsService } from "../endpoints/Service.js"
+import { FunctionDeployer, invalidFunction } from "../functions/Deploy.js"
+import { FunctionsRepo, toFunction } from "../functions/Repo.js"
+import { RoutesRepo, toRoute } from "../routes/Repo.js"
+import { RoutesService } from "../routes/Service.js"
+import { DomainsRepo } from "../domains/Repo.js"
+import { PlanGate } from "../account/PlanGate.js"
+import { Dns } from "../net/Dns.js"
+import { TemplateCatalog } from "./Catalog.js"
+import type { Template, TemplateDetail } from "./Api.js"
+
+const summary = (t: TemplateDetail): Template => ({
+  slug: t.slug,
+  name: t.name,
+  description: t.description,
+  event_types: t.event_types,
+  required_secrets: t.required_secrets,
+  optional_secrets: t.optional_secrets,
+  version: t.version
+})
+
+export const TemplatesHttpLive = HttpApiBuilder.group(MailroomApi, "templates", (handlers) =>
+  Effect.gen(function*() {
+    const catalog = yield* TemplateCatalog
+    const deployer = yield* FunctionDeployer
+    const functions = yield* FunctionsRepo
+    const endpoints = yield* EndpointsService
+    const routes = yield* RoutesService
+    const sql = yield* SqlClient.SqlClient
+
+    const found = (slug: string) => {
+      const t = catalog.find(slug)
+      return t === undefined ? Effect.fail(new NotFound({ message: `no template ${slug} (GET /v1/templates lists them)` })) : Effect.succeed(t)
+    }
+
+    return handlers
+      .handle("list", () =>
+        Effect.succeed({
+          items: catalog.all.map(summary),
+          meta: { total: catalog.all.length, limit: catalog.all.length, cursor: null }
+        }))
+      .handle("get", ({ path }) => found(path.slug))
+      .handle("install", ({ path, payload }) =>
+        Effect.gen(function*() {
+          const { orgId } = yield* CurrentPrincipal
+          yield* requireEntitlement(orgId, "functions", "template installs").pipe(Effect.provideService(SqlClient.SqlClient, sql))
+          const t = yield* found(path.slug)
+          const secrets = payload.secrets ?? {}
+          const missing = t.required_secrets.filter((name) => (secrets[name] ?? "") === "")
+          if (missing.length > 0) {
+            return yield* invalidFunction(missing.map((name) => ({
+              field: `secrets.${name}`,
+              reason: `is required by the ${t.slug} template`
+            })))
+          }
+          // Loading the module in workerd takes a process: before the transaction, not inside it.
+          yield* deployer.check(t.code, secrets)
+          return yield* sql.withTransaction(Effect.gen(function*() {
+            const fn = yield* functions.insert(orgId, { name: payload.name ?? t.slug, code: t.code, secrets })
+            const { row: endpoint } = yield* endpoints.create(orgId, {
+              kind: "function",
+              function_id: fn.id,
+              rules: { event_types: [...t.event_types] },
+              ...(payload.route !== undefined ? { is_route_target: true } : {})
+            })
+            const route = payload.route === undefined
+              ? null
+              : yield* routes.create(orgId, { pattern: payload.route.pattern, endpoint_id: endpoint.id })
+            return {
+              function: toFunction({ ...fn, endpoint_id: endpoint.id }),
+              endpoint: toEndpoint(endpoint),
+              route: route === null ? null : toRoute(route)
+            }
+          })).pipe(Effect.catchTag("SqlError", Effect.die))
+        }))
+  })).pipe(
+    Layer.provide([TemplateCatalog.Default, FunctionDeployer.Default, RoutesService.Default, EndpointsService.Default]),
+    Layer.provide([FunctionsRepo.Default, RoutesRepo.Default, EndpointsRepo.Default, DomainsRepo.Default, PlanGate.Default, Dns.Default])
+  )

@@ -150,4 +150,31 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("cli functions", (it) =
         expect(badScope.stderr).toContain('--function: "nope" is not a UUID')
       }), SLOW)
   })
+
+  describe("templates", () => {
+    it.effect("list and show need no login; install creates the function with its route, secrets checked", () =>
+      Effect.gen(function*() {
+        const { env, token } = yield* account
+        const anonymous: CliEnv = { ...env, extra: {} }
+        const listed = yield* cli(anonymous, "templates", "list")
+        expect(listed.code, listed.stderr).toBe(0)
+        expect(listed.stdout).toMatch(/forward-to-webhook\s+Forward to webhook\s+TARGET_URL \[TARGET_AUTHORIZATION\]/)
+        const shown = yield* cli(anonymous, "templates", "show", "forward-to-webhook")
+        expect(shown.stdout).toContain("# forward-to-webhook")
+        expect(shown.stdout).toContain("install: mailroom templates install forward-to-webhook --secret TARGET_URL=…")
+        const code = yield* cli(anonymous, "templates", "show", "remember-senders", "--code")
+        expect(code.stdout).toContain("export default")
+        expect((yield* cli(anonymous, "templates", "show", "nope")).code).toBe(3)
+
+        const missing = yield* cli(env, "templates", "install", "forward-to-webhook")
+        expect(missing.code).toBe(3)
+        expect(missing.stderr).toContain("TARGET_URL")
+        const inbox = (yield* call("GET", "/v1/account", { token })).body.data.managed_inbox_address as string
+        const installed = yield* cli(env, "templates", "install", "remember-senders", "--name", "who-writes", "--route", inbox)
+        expect(installed.code, installed.stderr).toBe(0)
+        expect(installed.stdout).toMatch(new RegExp(`Installed remember-senders as who-writes \\(function [0-9a-f-]{36}, endpoint [0-9a-f-]{36}, route ${inbox.replace(/[.+]/g, "\\$&")}\\)`))
+        const routes = yield* call("GET", "/v1/routes", { token })
+        expect(routes.body.data).toEqual([expect.objectContaining({ pattern: inbox })])
+      }), SLOW)
+  })
 })

@@ -530,3 +530,41 @@ export const memoriesDelete = leaf({
   args: { key: textArg("key", "the item's key") },
   examples: ["mailroom memories delete settings"]
 })
+
+// --- templates ---------------------------------------------------------------------------------
+
+const slugArg = textArg("slug", "the template's slug (`mailroom templates list` shows them)")
+
+export const templatesList = leaf({
+  name: "list",
+  summary: "Installable function templates (no login needed)",
+  flags: {},
+  args: {},
+  examples: ["mailroom templates list"]
+})
+
+export const templatesShow = leaf({
+  name: "show",
+  summary: "A template's README, secrets and events (--code: only its module)",
+  flags: { code: flag("code", "print only the module source") },
+  args: { slug: slugArg },
+  examples: ["mailroom templates show auto-reply", "mailroom templates show auto-reply --code > worker.js"]
+})
+
+export const templatesInstall = leaf({
+  name: "install",
+  summary: "Install a template as a function with its endpoint (and a route)",
+  description: "Creates the function, its endpoint subscribed to the template's events and, with --route, a " +
+    "route of that address pattern to it, all or nothing. Without --route the function's endpoint is the " +
+    "organization-wide one.",
+  flags: {
+    name: text("name", "NAME", "the function's name (default: the slug)"),
+    secret: many("secret", "NAME=VALUE", "a secret for the function (the template's required ones must be given)"),
+    route: text("route", "PATTERN", "route mail for this address pattern to the function, e.g. support@acme.com")
+  },
+  args: { slug: slugArg },
+  examples: [
+    "mailroom templates install remember-senders",
+    "mailroom templates install forward-to-webhook --secret TARGET_URL=https://example.com/in"
+  ]
+})

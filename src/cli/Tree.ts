@@ -135,6 +135,14 @@ export const root: Group = group(
       cmd(S.memoriesSet, () => functions().then((m) => m.memoriesSet)),
       cmd(S.memoriesDelete, () => functions().then((m) => m.memoriesDelete))
     ]),
+    group("templates", "Installable function templates", [
+      "mailroom templates list",
+      "mailroom templates install auto-reply --route support@acme.com"
+    ], [
+      cmd(S.templatesList, () => functions().then((m) => m.templatesList)),
+      cmd(S.templatesShow, () => functions().then((m) => m.templatesShow)),
+      cmd(S.templatesInstall, () => functions().then((m) => m.templatesInstall))
+    ]),
     cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen))
   ]
 )

@@ -1,11 +1,12 @@
-/** `functions deploy|list|get|delete|invoke|logs` and `memories list|get|set|delete`. */
+/** `functions deploy|list|get|delete|invoke|logs`, `memories list|get|set|delete`, `templates list|show|install`. */
 import { Console, Effect, Option } from "effect"
 import { readFileSync } from "node:fs"
 import type { FunctionInfo, Invocation } from "../../functions/Api.js"
 import type { MemoryKeyInfo } from "../../memories/Api.js"
+import type { Template } from "../../templates/Api.js"
 import { CliFailure } from "../Failure.js"
 import { col, done, printJson, showList, showOne } from "../Output.js"
-import { authedClient } from "../Session.js"
+import { anonymousClient, authedClient, target } from "../Session.js"
 import type { Handler } from "../Spec.js"
 import type * as S from "../Specs.js"
 import { fetchPages, opt, pageParams } from "./common.js"
@@ -230,4 +231,60 @@ export const memoriesDelete: Handler<typeof S.memoriesDelete> = (o) =>
       onSome: (id) => client.memories.removeFunction({ path: { id, key: keyPath(o.key) } })
     })
     yield* done(target.json, `Deleted ${o.key}`, item)
+  })
+
+// --- templates ---------------------------------------------------------------------------------
+
+const templateColumns = [
+  col<Template>("slug", (t) => t.slug),
+  col<Template>("name", (t) => t.name),
+  col<Template>("secrets", (t) => [...t.required_secrets, ...t.optional_secrets.map((s) => `[${s}]`)].join(" ") || "-"),
+  col<Template>("events", (t) => t.event_types.join(","))
+]
+
+export const templatesList: Handler<typeof S.templatesList> = () =>
+  Effect.gen(function*() {
+    const t = yield* target
+    const client = yield* anonymousClient(t)
+    yield* showList(t.json, yield* client.templates.list(), templateColumns)
+  })
+
+export const templatesShow: Handler<typeof S.templatesShow> = (o) =>
+  Effect.gen(function*() {
+    const t = yield* target
+    const client = yield* anonymousClient(t)
+    const template = yield* client.templates.get({ path: { slug: o.slug } })
+    if (o.code) return yield* Effect.async<void>((resume) => {
+      process.stdout.write(template.code, () => resume(Effect.void))
+    })
+    if (t.json) return yield* printJson(template)
+    yield* Console.log(template.readme.trimEnd())
+    yield* Console.log([
+      "",
+      `version ${template.version}; events ${template.event_types.join(", ")}`,
+      `required secrets: ${template.required_secrets.join(", ") || "none"}; optional: ${template.optional_secrets.join(", ") || "none"}`,
+      `install: mailroom templates install ${template.slug}${template.required_secrets.map((s) => ` --secret ${s}=…`).join("")}`
+    ].join("\n"))
+  })
+
+export const templatesInstall: Handler<typeof S.templatesInstall> = (o) =>
+  Effect.gen(function*() {
+    const { client, target: t } = yield* authedClient
+    const secrets = yield* parseSecrets(o.secret)
+    const set = Object.fromEntries(Object.entries(secrets).filter((e): e is [string, string] => e[1] !== null))
+    const installed = yield* client.templates.install({
+      path: { slug: o.slug },
+      payload: {
+        ...opt("name", o.name),
+        ...(Object.keys(set).length > 0 ? { secrets: set } : {}),
+        ...Option.match(o.route, { onNone: () => ({}), onSome: (pattern) => ({ route: { pattern } }) })
+      },
+      headers: {}
+    })
+    yield* done(
+      t.json,
+      `Installed ${o.slug} as ${installed.function.name} (function ${installed.function.id}, endpoint ${installed.endpoint.id}` +
+        (installed.route === null ? ", organization-wide)" : `, route ${installed.route.pattern})`),
+      installed
+    )
   })

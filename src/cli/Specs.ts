@@ -565,6 +565,6 @@ export const templatesInstall = leaf({
   args: { slug: slugArg },
   examples: [
     "mailroom templates install remember-senders",
-    "mailroom templates install forward-to-webhook --secret TARGET_URL=https://x.test/in"
+    "mailroom templates install forward-to-webhook --secret TARGET_URL=https://…"
   ]
 })

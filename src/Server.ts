@@ -52,6 +52,8 @@ import { MaintenanceLive } from "./platform/Maintenance.js"
 import { ProcessStatsLive } from "./platform/ProcessStats.js"
 import { RateLimiter } from "./platform/RateLimiter.js"
 import { RouteTable } from "./platform/RouteTable.js"
+import { RegistryDirectory } from "./registries/Directory.js"
+import { RegistriesHttpLive } from "./registries/Http.js"
 import { RouteResolver } from "./routes/Resolver.js"
 import { RoutesHttpLive } from "./routes/Http.js"
 import { RoutesRepo } from "./routes/Repo.js"
@@ -82,9 +84,11 @@ export const DeliveryServicesLive = Layer.mergeAll(
   RouteResolver.Default,
   // One functions runtime (its queue, memory socket and processes) for deliveries and the API.
   FunctionInvoker.Default,
-  FunctionRuntime.Default
+  FunctionRuntime.Default,
+  // One verified-sender lookup (and its batch workers) for ingestion; the send path resolves handles with it.
+  RegistryDirectory.Default
 ).pipe(
-  Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default]),
+  Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default, RegistryDirectory.Default]),
   Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default])
 )
 
@@ -104,7 +108,8 @@ const AreaHandlers = [
   FiltersHttpLive,
   RoutesHttpLive,
   FunctionsHttpLive,
-  MemoriesHttpLive
+  MemoriesHttpLive,
+  RegistriesHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(

@@ -191,7 +191,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("registries", (it) =
         expectError(yield* call("GET", `/v1/registries/${reg.name}`, { token: b.token }), 404, "not_found")
       }))
 
-    it.effect("deleting a registry removes its entries (every publisher's); its name is free again", () =>
+    it.effect("deleting a registry removes its entries (every publisher's); its name stays its owner's", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const a = yield* newOrg()
@@ -210,13 +210,23 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("registries", (it) =
         expectError(yield* call("GET", `/v1/registries/${reg.name}/entries/b`, { token: b.token }), 404, "not_found")
         expectError(yield* call("GET", `/v1/registries/${reg.name}/entries`, { token: b.token }), 404, "not_found")
 
-        // Anyone may take the name now; the new registry starts empty.
-        const again = yield* call("POST", "/v1/registries", { token: b.token, body: { name: reg.name, publish_policy: "open" } })
+        // The name stays the former owner's: another organization cannot take it (and with it the
+        // trust payloads and registry filters put in the name); the owner may create it again, empty.
+        for (const other of [b, c]) {
+          const hijack = yield* call("POST", "/v1/registries", { token: other.token, body: { name: reg.name, publish_policy: "open" } })
+          expectError(hijack, 409, "conflict")
+          expect(hijack.body.error.details).toMatchObject({ constraint: "name", reason: "reserved" })
+        }
+        const again = yield* call("POST", "/v1/registries", { token: a.token, body: { name: reg.name, publish_policy: "open" } })
         expect(again.status).toBe(201)
         expect(again.body.data).toMatchObject({ entry_count: 0, is_owner: true })
         expect(again.body.data.id).not.toBe(reg.id)
+        const live = yield* call("POST", "/v1/registries", { token: a.token, body: { name: reg.name, description: "twice" } })
+        expectError(live, 409, "conflict")
+        expect(live.body.error.details).toMatchObject({ reason: "exists" })
         const list = yield* call("GET", `/v1/registries/${reg.name}/entries`, { token: b.token })
         expect(list.body.data).toEqual([])
+        expectError(yield* call("GET", `/v1/registries/${reg.name}/entries/b`, { token: b.token }), 404, "not_found")
       }))
   })
 
@@ -450,6 +460,9 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("registries", (it) =
             { handle: "ok", address: a.inbox, capabilities: Array.from({ length: 51 }, (_, i) => `c${i}`) },
             { handle: "ok", address: a.inbox, metadata: [] },
             { handle: "ok", address: a.inbox, metadata: { big: "x".repeat(9000) } },
+            // PostgreSQL's jsonb refuses half a surrogate pair: a 400, never a 500.
+            { handle: "ok", address: a.inbox, metadata: { deep: ["\ud800"] } },
+            { handle: "ok", address: a.inbox, capabilities: ["\udc00x"] },
             { handle: "ok", address: a.inbox, status: "published" }
           ]
         ) {

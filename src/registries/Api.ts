@@ -16,7 +16,10 @@ export const METADATA_MAX_BYTES = 8 * 1024
 
 export const RegistryName = Schema.String.pipe(
   Schema.pattern(REGISTRY_NAME, { message: () => "must be 3-64 characters of a-z, 0-9 and -" })
-).annotations({ description: "3-64 of [a-z0-9-], unique across the service" })
+).annotations({
+  description: "3-64 of [a-z0-9-], unique across the service; a name stays with the organization that first created it, " +
+    "also after the registry is deleted"
+})
 
 export const Handle = Schema.String.pipe(
   Schema.pattern(HANDLE, { message: () => "must be 1-64 characters of a-z, 0-9, '.', '_' and '-'" })
@@ -94,19 +97,35 @@ export const Entry = Schema.Struct({
 }).annotations({ identifier: "RegistryEntry" })
 export type Entry = typeof Entry.Type
 
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
+/** Whether any string (or key) in a JSON value holds half a surrogate pair, which PostgreSQL's jsonb refuses. */
+export const hasLoneSurrogate = (value: unknown): boolean => {
+  if (typeof value === "string") return LONE_SURROGATE.test(value)
+  if (Array.isArray(value)) return value.some(hasLoneSurrogate)
+  if (value !== null && typeof value === "object") {
+    return Object.entries(value).some(([k, v]) => LONE_SURROGATE.test(k) || hasLoneSurrogate(v))
+  }
+  return false
+}
+
+const WELL_FORMED = "must be well-formed Unicode (no lone surrogate)"
+
 const Capabilities = Schema.Array(
   Schema.String.pipe(
     Schema.minLength(1, { message: () => "must not be empty" }),
-    Schema.maxLength(CAPABILITY_MAX_LENGTH, { message: () => `must be at most ${CAPABILITY_MAX_LENGTH} characters` })
+    Schema.maxLength(CAPABILITY_MAX_LENGTH, { message: () => `must be at most ${CAPABILITY_MAX_LENGTH} characters` }),
+    Schema.filter((c) => !hasLoneSurrogate(c) || WELL_FORMED)
   )
 ).pipe(Schema.maxItems(MAX_CAPABILITIES, { message: () => `at most ${MAX_CAPABILITIES} capabilities` })).annotations({
   description: `what the agent does, e.g. ["invoices.read"]; at most ${MAX_CAPABILITIES} strings of 1-${CAPABILITY_MAX_LENGTH} characters`
 })
 
 const Metadata = Schema.Record({ key: Schema.String, value: Schema.Unknown }).pipe(
-  Schema.filter((m) =>
-    Buffer.byteLength(JSON.stringify(m), "utf8") <= METADATA_MAX_BYTES || `must be at most ${METADATA_MAX_BYTES} bytes as JSON`
-  )
+  Schema.filter((m) => {
+    if (Buffer.byteLength(JSON.stringify(m), "utf8") > METADATA_MAX_BYTES) return `must be at most ${METADATA_MAX_BYTES} bytes as JSON`
+    return !hasLoneSurrogate(m) || WELL_FORMED
+  })
 ).annotations({ description: "any JSON object, at most 8 KiB serialized; a PATCH replaces it whole" })
 
 const AddressField = EmailAddress.annotations({
@@ -155,7 +174,7 @@ export class RegistriesApi extends HttpApiGroup.make("registries")
       .addSuccess(Ok(Registry, "Registry"), { status: 201 })
       .addError(Wire.Forbidden)
       .addError(Wire.Conflict)
-      .annotate(OpenApi.Summary, "Create a registry (its name is unique across the service; needs `registries`)")
+      .annotate(OpenApi.Summary, "Create a registry (its name is unique across the service and stays yours; needs `registries`)")
   )
   .add(
     HttpApiEndpoint.get("list", "/registries")
@@ -185,7 +204,7 @@ export class RegistriesApi extends HttpApiGroup.make("registries")
       .addSuccess(Ok(Registry, "Registry"))
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
-      .annotate(OpenApi.Summary, "Delete a registry and every entry in it (owner only)")
+      .annotate(OpenApi.Summary, "Delete a registry and every entry in it (owner only; the name stays reserved for you)")
   )
   .add(
     HttpApiEndpoint.post("publish", "/registries/:name/entries")

@@ -82,17 +82,31 @@ export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/R
         Effect.orDie
       )
 
+    /**
+     * One statement: the name is claimed for the organization for good (a name another organization
+     * ever held is refused, race-safe through the claim's primary key), then the registry is created.
+     */
     const insert = (orgId: string, input: { name: string; description: string | null; policy: PublishPolicy }) =>
-      sql<RegistryRow>`INSERT INTO registries (org_id, name, description, publish_policy)
-          VALUES (${orgId}, ${input.name}, ${input.description}, ${input.policy})
-          ON CONFLICT (name) DO NOTHING RETURNING *, 0 AS entry_count`.pipe(
-        Effect.orDie,
-        Effect.flatMap((rows) =>
-          rows[0] === undefined
-            ? Effect.fail(new Conflict({ message: `a registry named ${input.name} already exists`, details: { constraint: "name" } }))
-            : Effect.succeed(rows[0])
-        )
-      )
+      Effect.gen(function*() {
+        const rows = yield* sql<RegistryRow>`
+          WITH claim AS (
+            INSERT INTO registry_names (name, org_id) VALUES (${input.name}, ${orgId})
+            ON CONFLICT (name) DO UPDATE SET org_id = registry_names.org_id WHERE registry_names.org_id = EXCLUDED.org_id
+            RETURNING name
+          )
+          INSERT INTO registries (org_id, name, description, publish_policy)
+          SELECT ${orgId}, claim.name, ${input.description}, ${input.policy} FROM claim
+          ON CONFLICT (name) DO NOTHING
+          RETURNING *, 0 AS entry_count`.pipe(Effect.orDie)
+        if (rows[0] !== undefined) return rows[0]
+        const live = yield* find(input.name)
+        return yield* new Conflict({
+          message: Option.isSome(live)
+            ? `a registry named ${input.name} already exists`
+            : `the name ${input.name} belonged to a deleted registry of another organization and stays reserved`,
+          details: { constraint: "name", reason: Option.isSome(live) ? "exists" : "reserved" }
+        })
+      })
 
     /** Newest first, with the count of everything the filter matches, in one statement. */
     const list = (callerOrg: string, owned: boolean | undefined, limit: number, after: Position | undefined) => {

@@ -46,11 +46,15 @@ export const sendableAddresses = (orgId: string) =>
 
 /** Fails with 403 `cannot_send_from_domain` (listing `valid_senders`) unless the organization can send from `address`. */
 export const requireSendable = (orgId: string, address: string) =>
-  Effect.flatMap(sendableAddresses(orgId), (s) =>
-    canSendFrom(s, address) ? Effect.void : Effect.fail(
+  Effect.flatMap(sendableAddresses(orgId), (s) => {
+    if (canSendFrom(s, address)) return Effect.void
+    const valid = validSenders(s)
+    return Effect.fail(
       new CannotSendFromDomain({
         message: `${address} is not an address this organization can send from: use its managed inbox address ` +
-          `(or a +tag form of it) or an address at one of its verified domains`,
-        details: { valid_senders: validSenders(s) }
+          `(or a +tag form of it) or an address at one of its verified domains (valid senders: ` +
+          `${valid.length === 0 ? "none" : valid.join(", ")})`,
+        details: { valid_senders: valid }
       })
-    ))
+    )
+  })

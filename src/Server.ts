@@ -53,6 +53,8 @@ import { MaintenanceLive } from "./platform/Maintenance.js"
 import { ProcessStatsLive } from "./platform/ProcessStats.js"
 import { RateLimiter } from "./platform/RateLimiter.js"
 import { RouteTable } from "./platform/RouteTable.js"
+import { RegistryDirectory } from "./registries/Directory.js"
+import { RegistriesHttpLive } from "./registries/Http.js"
 import { RouteResolver } from "./routes/Resolver.js"
 import { RoutesHttpLive } from "./routes/Http.js"
 import { RoutesRepo } from "./routes/Repo.js"
@@ -83,9 +85,11 @@ export const DeliveryServicesLive = Layer.mergeAll(
   RouteResolver.Default,
   // One functions runtime (its queue, memory socket and processes) for deliveries and the API.
   FunctionInvoker.Default,
-  FunctionRuntime.Default
+  FunctionRuntime.Default,
+  // One verified-sender lookup (and its batch workers) for ingestion; the send path resolves handles with it.
+  RegistryDirectory.Default
 ).pipe(
-  Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default]),
+  Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default, RegistryDirectory.Default]),
   Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default])
 )
 
@@ -106,7 +110,8 @@ const AreaHandlers = [
   RoutesHttpLive,
   FunctionsHttpLive,
   MemoriesHttpLive,
-  TemplatesHttpLive
+  TemplatesHttpLive,
+  RegistriesHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(

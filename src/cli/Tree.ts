@@ -43,6 +43,7 @@ const account = () => import("./commands/account.js")
 const resources = () => import("./commands/resources.js")
 const mail = () => import("./commands/mail.js")
 const functions = () => import("./commands/functions.js")
+const registries = () => import("./commands/registries.js")
 
 export { globalFlags }
 
@@ -142,6 +143,23 @@ export const root: Group = group(
       cmd(S.templatesList, () => functions().then((m) => m.templatesList)),
       cmd(S.templatesShow, () => functions().then((m) => m.templatesShow)),
       cmd(S.templatesInstall, () => functions().then((m) => m.templatesInstall))
+    ]),
+    group("registries", "Directories of agents addressed by handle", [
+      "mailroom registries create acme-agents",
+      "mailroom registries publish acme-agents --handle bill --address b@acme.com",
+      "mailroom registries entry acme-agents billing"
+    ], [
+      cmd(S.registriesCreate, () => registries().then((m) => m.registriesCreate)),
+      cmd(S.registriesList, () => registries().then((m) => m.registriesList)),
+      cmd(S.registriesShow, () => registries().then((m) => m.registriesShow)),
+      cmd(S.registriesUpdate, () => registries().then((m) => m.registriesUpdate)),
+      cmd(S.registriesDelete, () => registries().then((m) => m.registriesDelete)),
+      cmd(S.registriesPublish, () => registries().then((m) => m.registriesPublish)),
+      cmd(S.registriesEntries, () => registries().then((m) => m.registriesEntries)),
+      cmd(S.registriesEntry, () => registries().then((m) => m.registriesEntry)),
+      cmd(S.registriesUnpublish, () => registries().then((m) => m.registriesUnpublish)),
+      cmd(S.registriesApprove, () => registries().then((m) => m.registriesApprove)),
+      cmd(S.registriesReject, () => registries().then((m) => m.registriesReject))
     ]),
     cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen))
   ]

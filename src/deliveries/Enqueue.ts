@@ -11,10 +11,17 @@ import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { evaluateFilters, evaluateRules } from "../filters/Evaluate.js"
 import { type InboundMessage, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
-import { buildEmailEvent, newEventId, serializeEvent } from "../webhooks/Payload.js"
+import { RegistryDirectory, type VerifiedSender } from "../registries/Directory.js"
+import { buildEmailEvent, newEventId, type RegistrySender, serializeEvent } from "../webhooks/Payload.js"
 import { DeliveryQueue } from "./Queue.js"
 
 export const senderOf = (m: InboundMessage) => m.parsed.from?.address ?? m.envelopeFrom ?? ""
+
+/** `sender`: absent when the From is no verified entry, one object for one, a list for several. */
+const senderField = (senders: ReadonlyArray<VerifiedSender>): { readonly sender?: RegistrySender | ReadonlyArray<RegistrySender> } => {
+  const all = senders.map((s): RegistrySender => ({ registry: s.registry, handle: s.handle, verified: true }))
+  return all.length === 0 ? {} : { sender: all.length === 1 ? all[0]! : all }
+}
 
 export const OnEmailStoredLive = Layer.effect(
   OnEmailStored,
@@ -22,6 +29,24 @@ export const OnEmailStoredLive = Layer.effect(
     const queue = yield* DeliveryQueue
     const tokens = yield* DownloadTokens
     const config = yield* AppConfig
+    const directory = yield* RegistryDirectory
+
+    /**
+     * The published registry entries the message's authenticated From is, looked up once per message
+     * (its copies share the answer) and only for mail that proves its From and has somewhere to go.
+     */
+    const verified = new WeakMap<InboundMessage, Effect.Effect<ReadonlyArray<VerifiedSender>>>()
+    const verifiedSendersOf = (message: InboundMessage) =>
+      Effect.suspend(() => {
+        const from = message.authenticatedFrom
+        if (from === null) return Effect.succeed<ReadonlyArray<VerifiedSender>>([])
+        const known = verified.get(message)
+        if (known !== undefined) return known
+        return Effect.flatMap(Effect.cached(directory.verifiedSenders(from)), (lookup) => {
+          verified.set(message, lookup)
+          return lookup
+        })
+      })
 
     return (email: StoredEmail, message: InboundMessage) =>
       Effect.gen(function*() {
@@ -29,7 +54,9 @@ export const OnEmailStoredLive = Layer.effect(
         if (Option.isNone(destination)) return Option.none()
         const endpoint = destination.value
         const sender = senderOf(message)
-        if (!evaluateFilters(email.recipient.filters, sender).allowed) return Option.none()
+        const senders = yield* verifiedSendersOf(message)
+        const registries = senders.map((s) => s.registry)
+        if (!evaluateFilters(email.recipient.filters, sender, registries).allowed) return Option.none()
         const p = message.parsed
         const attachmentBytes = p.attachments.reduce((n, a) => n + a.size_bytes, 0)
         const verdict = evaluateRules(endpoint.rules, {
@@ -52,6 +79,7 @@ export const OnEmailStoredLive = Layer.effect(
             id: email.id,
             message_id: p.messageId,
             from: p.from ? (p.from.name ? `${p.from.name} <${p.from.address}>` : p.from.address) : (message.envelopeFrom ?? ""),
+            ...senderField(senders),
             to: p.to,
             recipient: email.recipient.address,
             subject: p.subject ?? "",

@@ -5,9 +5,14 @@ import { DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict } from "
 import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
+import { REGISTRY_NAME } from "../registries/Api.js"
 import { normalizePattern, parsePattern, PATTERN_MAX_LENGTH } from "./Patterns.js"
 
-export const FilterType = Schema.Literal("whitelist", "blocklist")
+export const FilterType = Schema.Literal("whitelist", "blocklist", "registry").annotations({
+  description: "`whitelist`: admit these senders; `blocklist`: refuse them; `registry`: admit senders verified as a " +
+    "published entry of the registry named by `pattern` (an allow rule like `whitelist`)"
+})
+export type FilterType = typeof FilterType.Type
 
 export const Filter = Schema.Struct({
   id: Schema.UUID,
@@ -20,25 +25,35 @@ export const Filter = Schema.Struct({
 }).annotations({ identifier: "Filter" })
 export type Filter = typeof Filter.Type
 
-export const Pattern = Schema.String.pipe(
-  Schema.filter((raw) => {
-    const p = normalizePattern(raw)
-    if (p.length === 0) return "must not be empty"
-    if (p.length > PATTERN_MAX_LENGTH) return `must be at most ${PATTERN_MAX_LENGTH} characters`
-    return parsePattern(p) !== undefined ||
-      "must be a sender address (alice@acme.com), a domain (@acme.com) or subdomains (*.acme.com)"
-  })
-).annotations({
-  description: "alice@acme.com, @acme.com or *.acme.com; trimmed and lowercased; at most 500 characters"
-})
+/** Why `pattern` does not fit a filter of `type` (after trimming and lowercasing); `undefined` when it does. */
+export const patternProblem = (type: FilterType, raw: string): string | undefined => {
+  const p = normalizePattern(raw)
+  if (p.length === 0) return "must not be empty"
+  if (p.length > PATTERN_MAX_LENGTH) return `must be at most ${PATTERN_MAX_LENGTH} characters`
+  if (type === "registry") {
+    return REGISTRY_NAME.test(p) ? undefined : "must be a registry name (3-64 characters of a-z, 0-9 and -)"
+  }
+  return parsePattern(p) !== undefined
+    ? undefined
+    : "must be a sender address (alice@acme.com), a domain (@acme.com) or subdomains (*.acme.com)"
+}
 
 export const CreateFilter = strict(Schema.Struct({
   type: FilterType,
-  pattern: Pattern,
+  pattern: Schema.String.annotations({
+    description: "whitelist and blocklist: alice@acme.com, @acme.com or *.acme.com; registry: a registry's name. " +
+      "Trimmed and lowercased; at most 500 characters"
+  }),
   domain_id: Schema.optionalWith(Schema.NullOr(Schema.UUID), { exact: true }).annotations({
     description: "one of the organization's domains (paid plans); omitted or null: organization-wide"
   })
-})).annotations({ identifier: "CreateFilter" })
+})).pipe(
+  Schema.filter((b) => {
+    const problem = patternProblem(b.type, b.pattern)
+    return problem === undefined || { path: ["pattern"], message: problem }
+  }),
+  Schema.annotations({ identifier: "CreateFilter" })
+)
 
 export const UpdateFilter = strict(Schema.Struct({ enabled: Schema.Boolean })).annotations({
   identifier: "UpdateFilter",

@@ -8,26 +8,35 @@ import type { Rules } from "../endpoints/Api.js"
 import { matchesSender } from "./Patterns.js"
 
 export interface FilterLike {
-  readonly type: "whitelist" | "blocklist"
+  readonly type: "whitelist" | "blocklist" | "registry"
+  /** A sender pattern; for `registry`, a registry's name. */
   readonly pattern: string
 }
 
 export type FilterVerdict =
-  | { readonly allowed: true; readonly reason: "no_filters" | "whitelisted" | "not_blocked" }
+  | { readonly allowed: true; readonly reason: "no_filters" | "whitelisted" | "registry_verified" | "not_blocked" }
   | { readonly allowed: false; readonly reason: "blocklisted" | "not_whitelisted"; readonly pattern?: string }
 
 /**
- * A whitelist match always admits the sender (so `@acme.com` can be blocked while `ceo@acme.com`
- * is allowed); otherwise a blocklist match refuses it; otherwise, when any whitelist applies, the
- * sender is refused for not being on it.
+ * Allow rules are `whitelist` filters and `registry` filters (the sender was verified as a published
+ * entry of that registry: `registries` lists the registries it was verified in). An allow match
+ * always admits the sender (so `@acme.com` can be blocked while `ceo@acme.com` is allowed);
+ * otherwise a blocklist match refuses it; otherwise, when any allow rule applies, the sender is
+ * refused for matching none of them.
  */
-export const evaluateFilters = (filters: ReadonlyArray<FilterLike>, sender: string): FilterVerdict => {
+export const evaluateFilters = (
+  filters: ReadonlyArray<FilterLike>,
+  sender: string,
+  registries: ReadonlyArray<string> = []
+): FilterVerdict => {
   if (filters.length === 0) return { allowed: true, reason: "no_filters" }
   const whitelists = filters.filter((f) => f.type === "whitelist")
   if (whitelists.some((f) => matchesSender(f.pattern, sender))) return { allowed: true, reason: "whitelisted" }
+  const registryRules = filters.filter((f) => f.type === "registry")
+  if (registryRules.some((f) => registries.includes(f.pattern))) return { allowed: true, reason: "registry_verified" }
   const blocked = filters.find((f) => f.type === "blocklist" && matchesSender(f.pattern, sender))
   if (blocked !== undefined) return { allowed: false, reason: "blocklisted", pattern: blocked.pattern }
-  if (whitelists.length > 0) return { allowed: false, reason: "not_whitelisted" }
+  if (whitelists.length > 0 || registryRules.length > 0) return { allowed: false, reason: "not_whitelisted" }
   return { allowed: true, reason: "not_blocked" }
 }
 

@@ -7,6 +7,7 @@ import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { DomainsRepo } from "../domains/Repo.js"
+import { RegistriesRepo } from "../registries/Repo.js"
 import { FiltersRepo, toFilter } from "./Repo.js"
 import { normalizePattern } from "./Patterns.js"
 
@@ -15,6 +16,7 @@ export const FiltersHttpLive = HttpApiBuilder.group(MailroomApi, "filters", (han
     const repo = yield* FiltersRepo
     const domains = yield* DomainsRepo
     const plans = yield* PlanGate
+    const registries = yield* RegistriesRepo
     const orgId = Effect.map(CurrentPrincipal, (p) => p.orgId)
     const notFound = (id: string) => new NotFound({ message: `no filter ${id}` })
     return handlers
@@ -28,7 +30,11 @@ export const FiltersHttpLive = HttpApiBuilder.group(MailroomApi, "filters", (han
             }
             yield* plans.require(org, "filters_per_domain", "per-domain filters")
           }
-          const row = yield* repo.insert({ orgId: org, type: payload.type, pattern: normalizePattern(payload.pattern), domainId })
+          const pattern = normalizePattern(payload.pattern)
+          if (payload.type === "registry" && Option.isNone(yield* registries.find(pattern))) {
+            return yield* new NotFound({ message: `no registry ${pattern}` })
+          }
+          const row = yield* repo.insert({ orgId: org, type: payload.type, pattern, domainId })
           return toFilter(row)
         }))
       .handle("list", ({ urlParams }) =>
@@ -48,4 +54,4 @@ export const FiltersHttpLive = HttpApiBuilder.group(MailroomApi, "filters", (han
           Effect.flatMap(orgId, (org) => repo.remove(org, path.id)),
           Option.match({ onNone: () => Effect.fail(notFound(path.id)), onSome: (r) => Effect.succeed(toFilter(r)) })
         ))
-  })).pipe(Layer.provide([FiltersRepo.Default, DomainsRepo.Default, PlanGate.Default]))
+  })).pipe(Layer.provide([FiltersRepo.Default, DomainsRepo.Default, PlanGate.Default, RegistriesRepo.Default]))

@@ -4,13 +4,13 @@ import { Effect, Option } from "effect"
 import { Conflict } from "../contract/Errors.js"
 import type { Position } from "../contract/Paging.js"
 import { catchUnique } from "../platform/SqlErrors.js"
-import type { Filter } from "./Api.js"
+import type { Filter, FilterType } from "./Api.js"
 import { pageWithTotal } from "../platform/Listing.js"
 
 export interface FilterRow {
   readonly id: string
   readonly org_id: string
-  readonly type: "whitelist" | "blocklist"
+  readonly type: FilterType
   readonly pattern: string
   readonly domain_id: string | null
   readonly enabled: boolean

@@ -3,7 +3,7 @@
  * spam score and event type. The CPU-heavy part of ingestion, so it runs in worker threads
  * (AnalyzePool.ts); `analyze` itself is an ordinary function.
  */
-import { type AuthCheckOptions, type AuthResults, checkAuthenticity, NO_AUTH } from "./Authenticity.js"
+import { type AuthCheckOptions, type AuthResults, checkAuthenticity, NO_AUTH_CHECK } from "./Authenticity.js"
 import { classify, type EventType } from "./Classify.js"
 import { emptyParsed, parseEmail, type ParsedEmail } from "./Parse.js"
 import { scoreSpam, type SpamVerdict } from "./SpamScore.js"
@@ -12,6 +12,8 @@ export interface Analysis {
   readonly parsed: ParsedEmail
   readonly parseError: string | null
   readonly auth: AuthResults
+  /** The From address when DMARC or an aligned DKIM signature proves it (Authenticity.ts); else null. */
+  readonly authenticatedFrom: string | null
   readonly spam: SpamVerdict
   readonly event: EventType
 }
@@ -35,6 +37,7 @@ export const unparsed = (raw: Buffer, parseError: string, auth: AuthResults): An
   parsed: emptyParsed,
   parseError,
   auth,
+  authenticatedFrom: null,
   spam: scoreSpam(emptyParsed, auth),
   event: classify(emptyParsed, raw)
 })
@@ -44,12 +47,20 @@ export const analyze = async (raw: Buffer, auth: AuthCheckOptions | null): Promi
   let parsed: ParsedEmail = emptyParsed
   let parseError: string | null = null
   // The authenticity checks wait on DNS: they run while the message is parsed.
-  const authenticity = auth === null ? Promise.resolve(NO_AUTH) : checkAuthenticity(raw, auth)
+  const authenticity = auth === null ? Promise.resolve(NO_AUTH_CHECK) : checkAuthenticity(raw, auth)
   try {
     parsed = await withTimeout(parseEmail(raw), PARSE_TIMEOUT_MS, "MIME parsing")
   } catch (e) {
     parseError = e instanceof Error ? e.message : String(e)
   }
-  const results = await authenticity
-  return { parsed, parseError, auth: results, spam: scoreSpam(parsed, results), event: classify(parsed, raw) }
+  const { authenticatedFrom, results } = await authenticity
+  return {
+    parsed,
+    parseError,
+    auth: results,
+    // Proven for the address the parser read too: two readings of one From header must not differ.
+    authenticatedFrom: authenticatedFrom !== null && authenticatedFrom === parsed.from?.address ? authenticatedFrom : null,
+    spam: scoreSpam(parsed, results),
+    event: classify(parsed, raw)
+  }
 }

@@ -17,6 +17,19 @@ export interface AuthResults {
 export const NO_AUTH: AuthResults = { spf: "none", dkim: "none", dmarc: "none" }
 const TEMP: AuthResults = { spf: "temperror", dkim: "temperror", dmarc: "temperror" }
 
+export interface AuthCheck {
+  readonly results: AuthResults
+  /**
+   * The From header's one address (lowercased) when the message proves it: DMARC passes, or a DKIM
+   * signature passes whose domain is aligned (relaxed, as DMARC aligns) with the From domain; else
+   * null. A message with several From addresses proves none.
+   */
+  readonly authenticatedFrom: string | null
+}
+
+export const NO_AUTH_CHECK: AuthCheck = { results: NO_AUTH, authenticatedFrom: null }
+const TEMP_CHECK: AuthCheck = { results: TEMP, authenticatedFrom: null }
+
 const normalize = (r: string | undefined): AuthResult => {
   switch (r) {
     case "pass":
@@ -110,11 +123,11 @@ export const authenticityInput = (raw: Buffer): Buffer => {
   return DKIM_SIGNATURE.test(head.toString("latin1")) ? raw : head
 }
 
-export const checkAuthenticity = async (raw: Buffer, options: AuthCheckOptions): Promise<AuthResults> => {
+export const checkAuthenticity = async (raw: Buffer, options: AuthCheckOptions): Promise<AuthCheck> => {
   const budget = options.timeoutMs ?? 2000
   let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<AuthResults>((resolve) => {
-    timer = setTimeout(() => resolve(TEMP), budget)
+  const timeout = new Promise<AuthCheck>((resolve) => {
+    timer = setTimeout(() => resolve(TEMP_CHECK), budget)
   })
   const check = authenticate(authenticityInput(raw), {
     ip: options.ip,
@@ -124,19 +137,24 @@ export const checkAuthenticity = async (raw: Buffer, options: AuthCheckOptions):
     resolver: makeResolver(options.dnsServer),
     disableArc: true,
     disableBimi: true
-  }).then((res): AuthResults => {
+  }).then((res): AuthCheck => {
     const dkimResults = res.dkim?.results ?? []
     const dkim: AuthResult = dkimResults.some((d) => d.status?.result === "pass")
       ? "pass"
       : dkimResults.length === 0
       ? "none"
       : normalize(dkimResults[0]?.status?.result)
-    return {
+    const results: AuthResults = {
       spf: res.spf ? normalize(res.spf.status?.result) : "none",
       dkim,
       dmarc: res.dmarc ? normalize(res.dmarc.status?.result) : "none"
     }
-  }).catch(() => TEMP)
+    // mailauth marks a signature `aligned` (with the organizational domain) against the first From address.
+    const from = res.dkim?.headerFrom ?? []
+    const alignedDkim = dkimResults.some((d) => d.status?.result === "pass" && Boolean(d.status?.aligned))
+    const proven = from.length === 1 && (results.dmarc === "pass" || alignedDkim)
+    return { results, authenticatedFrom: proven ? from[0]!.trim().toLowerCase() : null }
+  }).catch(() => TEMP_CHECK)
   try {
     return await Promise.race([check, timeout])
   } finally {

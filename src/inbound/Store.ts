@@ -34,6 +34,8 @@ export interface InboundMessage {
   readonly parsed: ParsedEmail
   readonly parseError: string | null
   readonly auth: AuthResults
+  /** The From address when DMARC or an aligned DKIM signature proves it; else null. */
+  readonly authenticatedFrom: string | null
   readonly spam: SpamVerdict
   readonly event: EventType
 }

@@ -20,10 +20,19 @@ export interface PayloadAttachment {
   readonly download_url: string
 }
 
+/** A published registry entry the message's From address was verified as (DMARC, or DKIM aligned with its domain). */
+export interface RegistrySender {
+  readonly registry: string
+  readonly handle: string
+  readonly verified: true
+}
+
 export interface EmailPayload {
   readonly id: string
   readonly message_id: string | null
   readonly from: string
+  /** Present only when the From address is verified as published registry entries: one object, or a list when several. */
+  readonly sender?: RegistrySender | ReadonlyArray<RegistrySender>
   readonly to: ReadonlyArray<string>
   readonly recipient: string
   readonly subject: string

@@ -1,0 +1,233 @@
+/** SQL of registries and their entries. */
+import { SqlClient, type SqlError } from "@effect/sql"
+import { Effect, Option } from "effect"
+import { Conflict, NotFound } from "../contract/Errors.js"
+import type { Position } from "../contract/Paging.js"
+import { pageWithTotal } from "../platform/Listing.js"
+import { sqlState } from "../platform/SqlErrors.js"
+import type { Entry, EntryStatus, PublishPolicy, Registry } from "./Api.js"
+
+export interface RegistryRow {
+  readonly id: string
+  readonly org_id: string
+  readonly name: string
+  readonly description: string | null
+  readonly publish_policy: PublishPolicy
+  readonly entry_count: number
+  readonly created_at: Date
+  readonly updated_at: Date
+}
+
+export interface EntryRow {
+  readonly id: string
+  readonly registry_id: string
+  readonly org_id: string
+  readonly handle: string
+  readonly address: string
+  readonly description: string | null
+  readonly capabilities: ReadonlyArray<string>
+  readonly metadata: Readonly<Record<string, unknown>>
+  readonly status: "pending" | "published"
+  readonly created_at: Date
+  readonly updated_at: Date
+}
+
+export const toRegistry = (r: RegistryRow, callerOrg: string): Registry => ({
+  id: r.id,
+  name: r.name,
+  description: r.description,
+  publish_policy: r.publish_policy,
+  is_owner: r.org_id === callerOrg,
+  entry_count: r.entry_count,
+  created_at: r.created_at,
+  updated_at: r.updated_at
+})
+
+export const toEntry = (r: EntryRow, callerOrg: string, status: EntryStatus = r.status): Entry => ({
+  handle: r.handle,
+  address: r.address,
+  description: r.description,
+  capabilities: r.capabilities,
+  metadata: r.metadata,
+  status,
+  publisher_is_you: r.org_id === callerOrg,
+  created_at: r.created_at,
+  updated_at: r.updated_at
+})
+
+/** Published entries counted for a registry row `r`. */
+const ENTRY_COUNT = `(SELECT count(*)::int FROM registry_entries e WHERE e.registry_id = r.id AND e.status = 'published') AS entry_count`
+
+/** Who lists a registry's entries: its owner sees every entry, anyone else the published ones and their own. */
+export type Viewer = { readonly owner: true } | { readonly owner: false; readonly orgId: string }
+
+export interface EntryPatch {
+  readonly address?: string
+  readonly description?: string | null
+  readonly capabilities?: ReadonlyArray<string>
+  readonly metadata?: Readonly<Record<string, unknown>>
+  readonly status?: "pending" | "published"
+}
+
+const isSqlError = (e: unknown): e is SqlError.SqlError =>
+  typeof e === "object" && e !== null && (e as { _tag?: string })._tag === "SqlError"
+
+export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/RegistriesRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const find = (name: string) =>
+      sql<RegistryRow>`SELECT r.*, ${sql.literal(ENTRY_COUNT)} FROM registries r WHERE r.name = ${name}`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    /**
+     * One statement: the name is claimed for the organization for good (a name another organization
+     * ever held is refused, race-safe through the claim's primary key), then the registry is created.
+     */
+    const insert = (orgId: string, input: { name: string; description: string | null; policy: PublishPolicy }) =>
+      Effect.gen(function*() {
+        const rows = yield* sql<RegistryRow>`
+          WITH claim AS (
+            INSERT INTO registry_names (name, org_id) VALUES (${input.name}, ${orgId})
+            ON CONFLICT (name) DO UPDATE SET org_id = registry_names.org_id WHERE registry_names.org_id = EXCLUDED.org_id
+            RETURNING name
+          )
+          INSERT INTO registries (org_id, name, description, publish_policy)
+          SELECT ${orgId}, claim.name, ${input.description}, ${input.policy} FROM claim
+          ON CONFLICT (name) DO NOTHING
+          RETURNING *, 0 AS entry_count`.pipe(Effect.orDie)
+        if (rows[0] !== undefined) return rows[0]
+        const live = yield* find(input.name)
+        return yield* new Conflict({
+          message: Option.isSome(live)
+            ? `a registry named ${input.name} already exists`
+            : `the name ${input.name} belonged to a deleted registry of another organization and stays reserved`,
+          details: { constraint: "name", reason: Option.isSome(live) ? "exists" : "reserved" }
+        })
+      })
+
+    /** Newest first, with the count of everything the filter matches, in one statement. */
+    const list = (callerOrg: string, owned: boolean | undefined, limit: number, after: Position | undefined) => {
+      const where = owned === undefined ? sql`true` : owned ? sql`r.org_id = ${callerOrg}` : sql`r.org_id <> ${callerOrg}`
+      return sql<RegistryRow & { readonly page_total: number }>`
+        SELECT t.page_total, p.* FROM (SELECT count(*)::int AS page_total FROM registries r WHERE ${where}) t
+        LEFT JOIN (
+          SELECT r.*, ${sql.literal(ENTRY_COUNT)} FROM registries r WHERE ${where}
+            ${after === undefined ? sql`` : sql`AND (r.created_at, r.id) < (${after.createdAt}, ${after.id}::uuid)`}
+          ORDER BY r.created_at DESC, r.id DESC LIMIT ${limit + 1}
+        ) p ON true
+        ORDER BY p.created_at DESC, p.id DESC`.pipe(
+        Effect.map((rows) => ({ rows: rows.filter((r) => r.id !== null), total: rows[0]?.page_total ?? 0 })),
+        Effect.orDie
+      )
+    }
+
+    const update = (id: string, patch: { readonly description?: string | null; readonly publish_policy?: PublishPolicy }) =>
+      sql<RegistryRow>`UPDATE registries r SET
+          description = CASE WHEN ${patch.description !== undefined} THEN ${patch.description ?? null} ELSE description END,
+          publish_policy = coalesce(${patch.publish_policy ?? null}, publish_policy),
+          updated_at = now()
+        WHERE r.id = ${id} RETURNING r.*, ${sql.literal(ENTRY_COUNT)}`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    /** Deletes the registry; its entries go with it (ON DELETE CASCADE). Answers it as it was. */
+    const remove = (id: string) =>
+      sql<RegistryRow>`WITH gone AS (DELETE FROM registries WHERE id = ${id} RETURNING *)
+        SELECT r.*, ${sql.literal(ENTRY_COUNT)} FROM gone r`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    const findEntry = (registryId: string, handle: string) =>
+      sql<EntryRow>`SELECT * FROM registry_entries WHERE registry_id = ${registryId} AND handle = ${handle}`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    /**
+     * One statement: the unique (registry, handle) index decides between concurrent publishes of one
+     * handle, so exactly one of them is 201 and the others 409.
+     */
+    const insertEntry = (registry: RegistryRow, orgId: string, e: {
+      readonly handle: string
+      readonly address: string
+      readonly description: string | null
+      readonly capabilities: ReadonlyArray<string>
+      readonly metadata: Readonly<Record<string, unknown>>
+      readonly status: "pending" | "published"
+    }) =>
+      sql<EntryRow>`INSERT INTO registry_entries (registry_id, org_id, handle, address, description, capabilities, metadata, status)
+          VALUES (${registry.id}, ${orgId}, ${e.handle}, ${e.address}, ${e.description},
+            ${JSON.stringify(e.capabilities)}::jsonb, ${JSON.stringify(e.metadata)}::jsonb, ${e.status})
+          ON CONFLICT ON CONSTRAINT registry_entries_handle DO NOTHING RETURNING *`.pipe(
+        Effect.catchIf(isSqlError, (err) =>
+          // The registry was deleted while the entry was being published.
+          sqlState(err) === "23503"
+            ? Effect.fail(new NotFound({ message: `no registry ${registry.name}` }))
+            : Effect.die(err)),
+        Effect.flatMap((rows) =>
+          rows[0] === undefined
+            ? Effect.fail(
+              new Conflict({
+                message: `the handle ${e.handle} is already taken in registry ${registry.name}`,
+                details: { constraint: "handle" }
+              })
+            )
+            : Effect.succeed(rows[0])
+        )
+      )
+
+    const entries = (
+      registryId: string,
+      viewer: Viewer,
+      status: "pending" | "published" | undefined,
+      limit: number,
+      after: Position | undefined
+    ) => {
+      const clauses = [sql`registry_id = ${registryId}`]
+      if (!viewer.owner) clauses.push(sql`(status = 'published' OR org_id = ${viewer.orgId})`)
+      if (status !== undefined) clauses.push(sql`status = ${status}`)
+      return pageWithTotal<EntryRow>(sql, "registry_entries", sql.and(clauses), limit, after).pipe(Effect.orDie)
+    }
+
+    const updateEntry = (id: string, patch: EntryPatch) =>
+      sql<EntryRow>`UPDATE registry_entries SET
+          address = coalesce(${patch.address ?? null}, address),
+          description = CASE WHEN ${patch.description !== undefined} THEN ${patch.description ?? null} ELSE description END,
+          capabilities = coalesce(${patch.capabilities === undefined ? null : JSON.stringify(patch.capabilities)}::jsonb, capabilities),
+          metadata = coalesce(${patch.metadata === undefined ? null : JSON.stringify(patch.metadata)}::jsonb, metadata),
+          status = coalesce(${patch.status ?? null}, status),
+          updated_at = now()
+        WHERE id = ${id} RETURNING *`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    const removeEntry = (id: string) =>
+      sql<EntryRow>`DELETE FROM registry_entries WHERE id = ${id} RETURNING *`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    /** Approve: pending → published, only if still pending (a concurrent approve or reject wins once). */
+    const approve = (id: string) =>
+      sql<EntryRow>`UPDATE registry_entries SET status = 'published', updated_at = now()
+        WHERE id = ${id} AND status = 'pending' RETURNING *`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    /** Reject: a pending entry is removed (its handle freed), only if still pending. */
+    const reject = (id: string) =>
+      sql<EntryRow>`DELETE FROM registry_entries WHERE id = ${id} AND status = 'pending' RETURNING *`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    return { find, insert, list, update, remove, findEntry, insertEntry, entries, updateEntry, removeEntry, approve, reject } as const
+  })
+}) {}

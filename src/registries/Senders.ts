@@ -1,0 +1,60 @@
+/**
+ * Which addresses an organization can send from: its managed inbox address, that address's `+tag`
+ * forms, and every address at one of its verified domains. An entry's address must be one of these
+ * for its publisher, when published and for as long as the entry is trusted (see `stillSendable`).
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+import { CannotSendFromDomain } from "../contract/Errors.js"
+
+export interface SendableAddresses {
+  readonly managed: string | null
+  /** Verified domains, sorted. */
+  readonly domains: ReadonlyArray<string>
+}
+
+const domainPart = (address: string) => address.slice(address.lastIndexOf("@") + 1)
+
+/** `local+tag@domain` → `local@domain`; other addresses unchanged. */
+export const baseAddress = (address: string) => {
+  const at = address.lastIndexOf("@")
+  const plus = address.indexOf("+")
+  return plus > 0 && plus < at ? `${address.slice(0, plus)}${address.slice(at)}` : address
+}
+
+/** `address` is lowercased. */
+export const canSendFrom = (s: SendableAddresses, address: string): boolean =>
+  (s.managed !== null && (address === s.managed || baseAddress(address) === s.managed)) ||
+  s.domains.includes(domainPart(address))
+
+/** What `details.valid_senders` lists: the managed inbox address, then the verified domains. */
+export const validSenders = (s: SendableAddresses): ReadonlyArray<string> => [
+  ...(s.managed === null ? [] : [s.managed]),
+  ...s.domains
+]
+
+export const sendableAddresses = (orgId: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql<{ managed: string | null; domains: ReadonlyArray<string> }>`
+      SELECT o.managed_inbox_address AS managed,
+        coalesce((SELECT json_agg(d.domain ORDER BY d.domain) FROM domains d
+          WHERE d.org_id = o.id AND d.verified_at IS NOT NULL), '[]'::json) AS domains
+      FROM organizations o WHERE o.id = ${orgId}`.pipe(Effect.orDie)
+    return { managed: rows[0]?.managed ?? null, domains: rows[0]?.domains ?? [] } satisfies SendableAddresses
+  })
+
+/** Fails with 403 `cannot_send_from_domain` (listing `valid_senders`) unless the organization can send from `address`. */
+export const requireSendable = (orgId: string, address: string) =>
+  Effect.flatMap(sendableAddresses(orgId), (s) => {
+    if (canSendFrom(s, address)) return Effect.void
+    const valid = validSenders(s)
+    return Effect.fail(
+      new CannotSendFromDomain({
+        message: `${address} is not an address this organization can send from: use its managed inbox address ` +
+          `(or a +tag form of it) or an address at one of its verified domains (valid senders: ` +
+          `${valid.length === 0 ? "none" : valid.join(", ")})`,
+        details: { valid_senders: valid }
+      })
+    )
+  })

@@ -19,6 +19,7 @@ import { ListenApi } from "./listen/Api.js"
 import { FunctionsApi } from "./functions/Api.js"
 import { MemoriesApi } from "./memories/Api.js"
 import { TemplatesApi } from "./templates/Api.js"
+import { WakesApi } from "./wake/Api.js"
 import { RegistriesApi } from "./registries/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
@@ -74,6 +75,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(FunctionsApi)
   .add(MemoriesApi)
   .add(TemplatesApi)
+  .add(WakesApi)
   .add(RegistriesApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)

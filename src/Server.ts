@@ -39,6 +39,10 @@ import { InboxHttpLive } from "./inbox/Http.js"
 import { ListenHttpLive } from "./listen/Http.js"
 import { MemoriesHttpLive } from "./memories/Http.js"
 import { TemplatesHttpLive } from "./templates/Http.js"
+import { WakesHttpLive } from "./wake/Http.js"
+import { WakeSchedulerLive, type WakeSchedulerOptions } from "./wake/Scheduler.js"
+import { WakeFiring } from "./wake/Firing.js"
+import { WakesRepo } from "./wake/Repo.js"
 import { Mailer } from "./mail/Mailer.js"
 import { Dns } from "./net/Dns.js"
 import { Admission } from "./platform/Admission.js"
@@ -111,7 +115,8 @@ const AreaHandlers = [
   FunctionsHttpLive,
   MemoriesHttpLive,
   TemplatesHttpLive,
-  RegistriesHttpLive
+  RegistriesHttpLive,
+  WakesHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
@@ -133,6 +138,10 @@ export const HttpLive = onNodeHttpServer(
   )
 )
 
+/** The wake timers with what firing needs (tests start them with a shorter poll). */
+export const WakeTimersLive = (options: WakeSchedulerOptions = {}) =>
+  WakeSchedulerLive(options).pipe(Layer.provide([WakesRepo.Default, WakeFiring.Default]), Layer.provide(WebhookSecrets.Default))
+
 /** Background work of the areas: SMTP ingestion, delivery workers, maintenance loops. */
 const AreaWorkers = [
   SmtpServerLive,
@@ -141,6 +150,7 @@ const AreaWorkers = [
   IdentityMaintenanceLive,
   DeliveryCountsMaintenanceLive,
   FunctionsMaintenanceLive,
+  WakeTimersLive(),
   ProcessStatsLive
 ] as const
 

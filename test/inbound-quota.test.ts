@@ -137,7 +137,8 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("inbound quota", (it
         domainId: null,
         spamThreshold: null,
         filters: [],
-        resolution: { orgId, domainId: null, via: "fallback", routeId: null, endpoint: to }
+        resolution: { orgId, domainId: null, via: "fallback", routeId: null, endpoint: to },
+        wake: null
       })
       const kept = distinctRecipients([
         recipient("a@x.test", "o1", endpoint("e1")),

@@ -9,10 +9,12 @@ import { Effect, Layer, Option } from "effect"
 import { downloadUrls } from "../emails/Http.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { evaluateFilters, evaluateRules } from "../filters/Evaluate.js"
-import { type InboundMessage, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
+import { WebhookSecrets } from "../account/WebhookSecret.js"
+import { eventOf, type InboundMessage, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
 import { RegistryDirectory, type VerifiedSender } from "../registries/Directory.js"
-import { buildEmailEvent, newEventId, type RegistrySender, serializeEvent } from "../webhooks/Payload.js"
+import { verifyCommand } from "../wake/Message.js"
+import { buildEmailEvent, newEventId, type RegistrySender, serializeEvent, type WakePayload } from "../webhooks/Payload.js"
 import { DeliveryQueue } from "./Queue.js"
 
 export const senderOf = (m: InboundMessage) => m.parsed.from?.address ?? m.envelopeFrom ?? ""
@@ -30,6 +32,28 @@ export const OnEmailStoredLive = Layer.effect(
     const tokens = yield* DownloadTokens
     const config = yield* AppConfig
     const directory = yield* RegistryDirectory
+    const secrets = yield* WebhookSecrets
+
+    /**
+     * The `wake` object of a `wake.command`: what the command says, and `verified` when the
+     * organization's webhook secret (current, or previous within its grace) signed it. Only a
+     * verified command speaks for a wake (`id`, `scheduled_for`).
+     */
+    const wakeOf = (email: StoredEmail, message: InboundMessage, receivedAt: Date) =>
+      Effect.gen(function*() {
+        const c = message.command!
+        const keys = yield* secrets.signing(email.orgId)
+        const verified = verifyCommand(c.signature, c.json, Option.getOrElse(keys, () => []), receivedAt.getTime())
+        return {
+          id: verified ? c.wakeId : null,
+          type: c.type,
+          payload: c.payload,
+          scheduled_for: verified ? c.scheduledFor : null,
+          fired_at: (verified ? c.firedAt : null) ?? receivedAt.toISOString(),
+          sender: senderOf(message),
+          verified
+        } satisfies WakePayload
+      })
 
     /**
      * The published registry entries the message's authenticated From is, looked up once per message
@@ -59,22 +83,26 @@ export const OnEmailStoredLive = Layer.effect(
         if (!evaluateFilters(email.recipient.filters, sender, registries).allowed) return Option.none()
         const p = message.parsed
         const attachmentBytes = p.attachments.reduce((n, a) => n + a.size_bytes, 0)
+        const eventType = eventOf(email.recipient, message)
         const verdict = evaluateRules(endpoint.rules, {
           sender,
           sizeBytes: message.raw.length,
           attachmentBytes,
           attachmentCount: p.attachments.length,
-          eventType: message.event
+          eventType
         })
         if (!verdict.deliver) return Option.none()
         const urls = yield* downloadUrls(config.publicBaseUrl, email.id, p.attachments.length).pipe(
           Effect.provideService(DownloadTokens, tokens)
         )
         const eventId = newEventId()
+        const createdAt = new Date()
+        const wake = eventType === "wake.command" ? yield* wakeOf(email, message, createdAt) : undefined
         const event = buildEmailEvent({
           eventId,
-          event: message.event,
-          createdAt: new Date(),
+          event: eventType,
+          createdAt,
+          ...(wake !== undefined ? { wake } : {}),
           email: {
             id: email.id,
             message_id: p.messageId,
@@ -107,7 +135,7 @@ export const OnEmailStoredLive = Layer.effect(
           emailId: email.id,
           endpointId: endpoint.id,
           eventId,
-          eventType: message.event,
+          eventType,
           payload: serializeEvent(event),
           sender,
           recipient: email.recipient.address,

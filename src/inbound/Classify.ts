@@ -11,6 +11,8 @@ export type EventType =
   | "email.tls_report"
   | "email.dmarc_report"
   | "email.dmarc_failure"
+  /** Never from classification: a copy for a function's wake address with a command (Store.eventOf). */
+  | "wake.command"
 
 const hasPart = (p: ParsedEmail, types: ReadonlyArray<string>) =>
   p.attachments.some((a) => types.includes(a.content_type))

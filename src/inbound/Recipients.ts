@@ -6,7 +6,7 @@
  */
 import { Effect, Option } from "effect"
 import type { FilterLike } from "../filters/Evaluate.js"
-import { type Resolution, RouteResolver } from "../routes/Resolver.js"
+import { type Resolution, RouteResolver, type WakeTarget } from "../routes/Resolver.js"
 
 export interface Recipient {
   readonly address: string
@@ -16,6 +16,8 @@ export interface Recipient {
   readonly spamThreshold: number | null
   readonly filters: ReadonlyArray<FilterLike>
   readonly resolution: Resolution
+  /** Set for a function's wake address: mail to it carries a command for that function. */
+  readonly wake: WakeTarget | null
 }
 
 export const normalizeAddress = (address: string) => address.trim().toLowerCase()
@@ -49,7 +51,8 @@ export class Recipients extends Effect.Service<Recipients>()("mailroom/Recipient
           domainId: f.resolution.domainId,
           spamThreshold: f.spamThreshold,
           filters: f.filters,
-          resolution: f.resolution
+          resolution: f.resolution,
+          wake: f.wake
         }))),
         Effect.withSpan("Recipients.lookup")
       )

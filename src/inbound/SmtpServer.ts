@@ -17,6 +17,7 @@ import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from "s
 import { AppConfig } from "../platform/Config.js"
 import { asPortInUse } from "../platform/Ports.js"
 import { makeAnalyzePool } from "./AnalyzePool.js"
+import { commandOf, type CommandPart, mayCommand } from "../wake/Message.js"
 import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
 import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { InboundStore } from "./Store.js"
@@ -64,6 +65,10 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
     const check = Effect.gen(function*() {
       const found = yield* recipients.lookup(address.address)
       if (Option.isNone(found)) return { _tag: "Unknown" } as const
+      const wake = found.value.wake
+      if (wake !== null && !mayCommand(session.envelope.mailFrom ? session.envelope.mailFrom.address : "", wake.allowlist)) {
+        return { _tag: "NotAllowed" } as const
+      }
       // Room for the announced size times this organization's recipients so far, or at least a byte.
       const orgId = found.value.orgId
       const copies = list.filter((r) => r.orgId === orgId).length + 1
@@ -78,6 +83,9 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
         if (outcome._tag === "Full") {
           return callback(smtpError(452, `4.2.2 <${address.address}>: mailbox full, try again later`))
         }
+        if (outcome._tag === "NotAllowed") {
+          return callback(smtpError(550, `5.7.1 <${address.address}>: this wake address takes commands only from senders on its allowlist`))
+        }
         // One copy per mailbox and destination (checked again: a pipelined duplicate may have been
         // accepted meanwhile); a repeat is answered 250 like the first.
         const key = copyKey(outcome.recipient)
@@ -91,6 +99,13 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   const process = async (raw: Buffer, session: SMTPServerSession, rcpts: Array<Recipient>) => {
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null
+    // A wake address takes commands, nothing else: without one the whole message is refused.
+    let command: CommandPart | null = null
+    if (rcpts.some((r) => r.wake !== null)) {
+      const found = await commandOf(raw).catch((e: unknown) => ({ problem: `the message cannot be read (${String(e)})` }))
+      if ("problem" in found) return { _tag: "NoCommand", problem: found.problem } as const
+      command = found
+    }
     const analysis = await pool.analyze(
       raw,
       session.remoteAddress
@@ -102,7 +117,8 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
       envelopeFrom,
       clientAddress: session.remoteAddress ?? null,
       helo: session.hostNameAppearsAs ?? null,
-      ...analysis
+      ...analysis,
+      command
     }
     return run(store.store(message, rcpts).pipe(
       Effect.map((stored) => ({ _tag: "Stored", stored } as const)),
@@ -123,6 +139,9 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
           (outcome) => {
             if (outcome._tag === "Full") {
               return callback(smtpError(452, "4.2.2 Mailbox full: the message exceeds the recipient's storage quota, try again later"))
+            }
+            if (outcome._tag === "NoCommand") {
+              return callback(smtpError(554, `5.6.0 A wake address takes a command: ${outcome.problem}`))
             }
             const stored = outcome.stored
             if (stored.every((s) => s.status === "rejected")) {

@@ -21,6 +21,7 @@ import { randomUUID } from "node:crypto"
 import { makeBatcher } from "../platform/Batching.js"
 import { sqlState } from "../platform/SqlErrors.js"
 import type { AuthResults } from "./Authenticity.js"
+import type { CommandPart } from "../wake/Message.js"
 import type { EventType } from "./Classify.js"
 import type { ParsedEmail } from "./Parse.js"
 import { copyKey, type Recipient } from "./Recipients.js"
@@ -38,7 +39,13 @@ export interface InboundMessage {
   readonly authenticatedFrom: string | null
   readonly spam: SpamVerdict
   readonly event: EventType
+  /** The wake command the message carries (its `application/json` part), for copies to wake addresses. */
+  readonly command: CommandPart | null
 }
+
+/** A copy for a function's wake address that carries a command is a `wake.command`; the rest keep the message's type. */
+export const eventOf = (recipient: Recipient, message: InboundMessage): EventType =>
+  recipient.wake !== null && message.command !== null ? "wake.command" : message.event
 
 export interface StoredEmail {
   readonly id: string
@@ -140,7 +147,7 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
             size_bytes: message.raw.length,
             spam_score: message.spam.score,
             auth: JSON.stringify(message.auth),
-            event_type: message.event,
+            event_type: eventOf(r, message),
             status: email.status,
             rejection_reason: email.status === "rejected"
               ? `spam score ${message.spam.score} above threshold ${r.spamThreshold} (${message.spam.rules.join(", ")})`

@@ -22,7 +22,7 @@ export interface Resolution {
   readonly orgId: string
   /** The recipient's domain row; null for the managed inbox. */
   readonly domainId: string | null
-  readonly via: "route" | "domain_default" | "fallback" | "none"
+  readonly via: "route" | "domain_default" | "fallback" | "wake" | "none"
   readonly routeId: string | null
   readonly endpoint: Option.Option<EndpointRow>
 }
@@ -34,7 +34,18 @@ export interface RecipientFacts {
   readonly spamThreshold: number | null
   /** Enabled filters that apply (organization-wide plus the domain's own), oldest first. */
   readonly filters: ReadonlyArray<FilterLike>
+  /** A function's wake address (`fn-<id>@<managed domain>`): the function and who may mail commands. */
+  readonly wake: WakeTarget | null
 }
+
+export interface WakeTarget {
+  readonly functionId: string
+  /** Lowercased addresses and `@domain`s. */
+  readonly allowlist: ReadonlyArray<string>
+}
+
+/** `fn-<uuid>@<domain>`: a function's wake address (lowercased). */
+export const WAKE_ADDRESS = /^fn-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})@/
 
 /** An endpoint row as `to_json` gives it: timestamps are ISO strings. */
 type EndpointJson = Omit<EndpointRow, "deactivated_at" | "created_at" | "updated_at"> & {
@@ -53,6 +64,8 @@ interface OwnerRow {
   readonly routes: ReadonlyArray<{ readonly id: string; readonly pattern: string; readonly endpoint: EndpointJson }>
   readonly domain_default: EndpointJson | null
   readonly fallback: EndpointJson | null
+  readonly wake_function: string | null
+  readonly wake_allowlist: ReadonlyArray<string> | null
 }
 
 const endpointOf = (e: EndpointJson): EndpointRow => ({
@@ -77,7 +90,9 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
      * owner is found by managed inbox address (or its `+tag` base) or by verified, active domain;
      * each candidate is a correlated subquery on an index, evaluated for served recipients only.
      */
-    const owners = (requests: ReadonlyArray<{ readonly address: string; readonly base: string; readonly domain: string }>) => {
+    const owners = (
+      requests: ReadonlyArray<{ readonly address: string; readonly base: string; readonly domain: string; readonly wake: string | null }>
+    ) => {
       const candidates = (org: Statement.Fragment, dom: Statement.Fragment) =>
         sql`(SELECT coalesce(json_agg(json_build_object('type', f.type, 'pattern', f.pattern) ORDER BY f.created_at), '[]'::json)
                FROM filters f WHERE f.org_id = ${org} AND f.enabled AND (f.domain_id IS NULL OR f.domain_id = ${dom})) AS filters,
@@ -89,18 +104,27 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
             (SELECT to_json(e) FROM endpoints e WHERE e.org_id = ${org} AND e.deactivated_at IS NULL AND e.enabled
                 AND NOT e.is_route_target AND e.domain_id IS NULL LIMIT 1) AS fallback`
       const input = JSON.stringify(requests.map((r, ord) => ({ ord, ...r })))
+      const noWake = sql`NULL::uuid AS wake_function, NULL::json AS wake_allowlist`
       return sql<OwnerRow & { readonly ord: number }>`
         SELECT i.ord, x.*
-          FROM json_to_recordset(${input}::json) AS i(ord int, address text, base text, domain text)
+          FROM json_to_recordset(${input}::json) AS i(ord int, address text, base text, domain text, wake uuid)
           CROSS JOIN LATERAL (
-            (SELECT o.id AS org_id, NULL::uuid AS domain_id, o.spam_threshold AS threshold, ${candidates(sql`o.id`, sql`NULL::uuid`)}
+            (SELECT o.id AS org_id, NULL::uuid AS domain_id, o.spam_threshold AS threshold, ${candidates(sql`o.id`, sql`NULL::uuid`)}, ${noWake}
                FROM organizations o
-              WHERE i.domain = ${managed} AND (o.managed_inbox_address = i.address OR o.managed_inbox_address = i.base)
+              WHERE i.domain = ${managed} AND i.wake IS NULL AND (o.managed_inbox_address = i.address OR o.managed_inbox_address = i.base)
               LIMIT 1)
             UNION ALL
-            (SELECT d.org_id, d.id, coalesce(d.spam_threshold, o.spam_threshold), ${candidates(sql`d.org_id`, sql`d.id`)}
+            (SELECT d.org_id, d.id, coalesce(d.spam_threshold, o.spam_threshold), ${candidates(sql`d.org_id`, sql`d.id`)}, ${noWake}
                FROM domains d JOIN organizations o ON o.id = d.org_id
               WHERE i.domain <> ${managed} AND d.domain = i.domain AND d.verified_at IS NOT NULL AND d.is_active)
+            UNION ALL
+            -- A function's wake address: its own endpoint, no spam threshold or filters (the allowlist decides).
+            (SELECT f.org_id, NULL::uuid, NULL::numeric, '[]'::json, '[]'::json, NULL::json,
+                    (SELECT to_json(e) FROM endpoints e WHERE e.org_id = f.org_id AND e.function_id = f.id
+                        AND e.deactivated_at IS NULL AND e.enabled LIMIT 1),
+                    f.id, coalesce((SELECT a.senders FROM function_wake_allowlists a WHERE a.function_id = f.id), '[]'::jsonb)::json
+               FROM functions f
+              WHERE i.wake IS NOT NULL AND f.id = i.wake)
           ) x`
     }
 
@@ -109,8 +133,18 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
       const facts = (resolution: Resolution): RecipientFacts => ({
         resolution,
         spamThreshold: row.threshold === null ? null : Number(row.threshold),
-        filters: row.filters
+        filters: row.filters,
+        wake: row.wake_function === null ? null : { functionId: row.wake_function, allowlist: row.wake_allowlist ?? [] }
       })
+      if (row.wake_function !== null) {
+        return facts({
+          orgId,
+          domainId: null,
+          via: "wake",
+          routeId: null,
+          endpoint: row.fallback === null ? Option.none() : Option.some(endpointOf(row.fallback))
+        })
+      }
       const route = row.routes
         .map((r) => ({ r, p: parseRoutePattern(r.pattern) }))
         .filter((c): c is { r: typeof c.r; p: NonNullable<typeof c.p> } => c.p !== undefined && matchesRoute(c.p, address))
@@ -144,7 +178,8 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
             const local = address.slice(0, address.lastIndexOf("@"))
             const plus = local.indexOf("+")
             const base = domain === managed && plus > 0 ? `${local.slice(0, plus)}@${domain}` : address
-            return { address, base, domain }
+            const wake = domain === managed ? WAKE_ADDRESS.exec(address)?.[1] ?? null : null
+            return { address, base, domain, wake }
           })
           const rows = yield* Effect.orDie(owners(requests))
           const found = new Map<string, RecipientFacts>()

@@ -56,6 +56,20 @@ export interface EmailEvent {
   readonly event: string
   readonly created_at: string
   readonly email: EmailPayload
+  /** `wake.command` only: the command, and whether the account's secret signed it. */
+  readonly wake?: WakePayload
+}
+
+export interface WakePayload {
+  /** The wake that fired (null for a command mailed by an allowed sender, or unsigned). */
+  readonly id: string | null
+  readonly type: string
+  readonly payload: unknown
+  readonly scheduled_for: string | null
+  readonly fired_at: string
+  readonly sender: string
+  /** True only when `Mailroom-Wake-Signature` verifies with the account's webhook secret. */
+  readonly verified: boolean
 }
 
 export const newEventId = () => `evt_${randomToken(24)}`
@@ -80,6 +94,7 @@ export const buildEmailEvent = (input: {
   readonly event: string
   readonly createdAt: Date
   readonly email: EmailInput
+  readonly wake?: WakePayload
 }): EmailEvent => {
   const text = input.email.text === null ? null : truncateUtf8(input.email.text, TEXT_LIMIT_BYTES)
   const html = input.email.html === null ? null : truncateUtf8(input.email.html, TEXT_LIMIT_BYTES)
@@ -92,7 +107,8 @@ export const buildEmailEvent = (input: {
       text: text?.value ?? null,
       html: html?.value ?? null,
       content_truncated: (text?.truncated ?? false) || (html?.truncated ?? false)
-    }
+    },
+    ...(input.wake !== undefined ? { wake: input.wake } : {})
   }
 }
 

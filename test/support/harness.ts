@@ -16,7 +16,7 @@ import { AppConfig, appConfig } from "../../src/platform/Config.js"
 import { DatabaseLive } from "../../src/platform/Database.js"
 import { SmtpServerLive } from "../../src/inbound/SmtpServer.js"
 import { DispatcherLive } from "../../src/deliveries/Dispatcher.js"
-import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive } from "../../src/Server.js"
+import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive, WakeTimersLive } from "../../src/Server.js"
 
 /**
  * A port found free can be taken by another test process before the server binds it; the server is
@@ -110,6 +110,7 @@ export const testServerOn = () =>
       HttpLive,
       SmtpServerLive,
       DispatcherLive({ concurrency: 16, pollMs: 50 }),
+      WakeTimersLive({ pollMs: 50 }),
       Layer.succeed(TestServer, { port, smtpPort, baseUrl })
     ).pipe(
       Layer.provide(DeliveryServicesLive),
@@ -158,7 +159,7 @@ const extraServerOnce = Effect.gen(function*() {
   const config = { ...base, port, smtpPort, publicBaseUrl: baseUrl }
   const ownPool = Option.isSome(base.databaseUrl)
   const services = PlatformServicesLive.pipe(Layer.provideMerge(loggerLayer))
-  const server = Layer.mergeAll(HttpLive, SmtpServerLive, DispatcherLive({ concurrency: 16, pollMs: 50 })).pipe(
+  const server = Layer.mergeAll(HttpLive, SmtpServerLive, DispatcherLive({ concurrency: 16, pollMs: 50 }), WakeTimersLive({ pollMs: 50 })).pipe(
     Layer.provide(DeliveryServicesLive),
     Layer.provide(services)
   )

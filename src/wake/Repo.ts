@@ -1,0 +1,159 @@
+/** SQL of wakes and of functions' wake allowlists. */
+import { SqlClient } from "@effect/sql"
+import { Effect, Option } from "effect"
+import type { Position } from "../contract/Paging.js"
+import { pageWithTotal } from "../platform/Listing.js"
+import type { Wake, WakeAllowlist } from "./Api.js"
+import { type ScheduleKind, scheduleObject } from "./Schedule.js"
+
+export interface WakeRow {
+  readonly id: string
+  readonly org_id: string
+  readonly function_id: string
+  readonly command_type: string
+  readonly command_payload: string | null
+  readonly schedule_kind: ScheduleKind
+  readonly schedule_value: string
+  readonly status: "scheduled" | "completed" | "canceled"
+  readonly next_run_at: Date | null
+  readonly last_run_at: Date | null
+  readonly run_count: number
+  readonly lease_token: string | null
+  readonly created_at: Date
+}
+
+export const payloadOf = (r: WakeRow): unknown => (r.command_payload === null ? null : JSON.parse(r.command_payload))
+
+export const toWake = (r: WakeRow): Wake => ({
+  id: r.id,
+  function_id: r.function_id,
+  command: { type: r.command_type, payload: payloadOf(r) },
+  schedule: scheduleObject({ kind: r.schedule_kind, value: r.schedule_value }),
+  status: r.status,
+  next_run_at: r.next_run_at,
+  last_run_at: r.last_run_at,
+  run_count: r.run_count,
+  created_at: r.created_at
+})
+
+/** How long a firing may take before another process may take the wake over. */
+export const LEASE_MS = 60_000
+
+export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const insert = (w: {
+      orgId: string
+      functionId: string
+      type: string
+      payload: string | null
+      kind: ScheduleKind
+      value: string
+      nextRunAt: Date
+    }) =>
+      Effect.map(
+        sql<WakeRow>`INSERT INTO wakes (org_id, function_id, command_type, command_payload, schedule_kind, schedule_value, next_run_at)
+          VALUES (${w.orgId}, ${w.functionId}, ${w.type}, ${w.payload}, ${w.kind}, ${w.value}, ${w.nextRunAt}) RETURNING *`,
+        (rows) => rows[0]!
+      ).pipe(Effect.orDie)
+
+    const find = (orgId: string, id: string) =>
+      Effect.map(sql<WakeRow>`SELECT * FROM wakes WHERE id = ${id} AND org_id = ${orgId}`, (rows) => Option.fromNullable(rows[0]))
+        .pipe(Effect.orDie)
+
+    const list = (
+      orgId: string,
+      limit: number,
+      after: Position | undefined,
+      filter: { readonly functionId?: string | undefined; readonly status?: string | undefined }
+    ) =>
+      pageWithTotal<WakeRow>(
+        sql,
+        "wakes",
+        sql.and([
+          sql`org_id = ${orgId}`,
+          ...(filter.functionId !== undefined ? [sql`function_id = ${filter.functionId}`] : []),
+          ...(filter.status !== undefined ? [sql`status = ${filter.status}`] : [])
+        ]),
+        limit,
+        after
+      ).pipe(Effect.orDie)
+
+    /** Cancels a scheduled wake; None when the organization has no such wake. */
+    const cancel = (orgId: string, id: string, at: Date) =>
+      Effect.map(
+        sql<WakeRow>`UPDATE wakes SET status = 'canceled', next_run_at = NULL, updated_at = ${at}
+          WHERE id = ${id} AND org_id = ${orgId} AND status = 'scheduled' RETURNING *`,
+        (rows) => Option.fromNullable(rows[0])
+      ).pipe(Effect.orDie)
+
+    /**
+     * Takes up to `limit` due wakes for this process: scheduled, due by `now`, and not held by a
+     * firing whose lease still runs. SKIP LOCKED lets several processes claim side by side.
+     */
+    const claimDue = (now: Date, token: string, limit: number) =>
+      sql<WakeRow>`UPDATE wakes SET lease_token = ${token}, lease_expires_at = ${new Date(now.getTime() + LEASE_MS)}
+        WHERE id IN (
+          SELECT id FROM wakes
+           WHERE status = 'scheduled' AND next_run_at <= ${now}
+             AND (lease_expires_at IS NULL OR lease_expires_at < ${now})
+           ORDER BY next_run_at LIMIT ${limit} FOR UPDATE SKIP LOCKED)
+        RETURNING *`.pipe(Effect.orDie)
+
+    /** Records a scheduled firing and sets the next (or completes the wake), if this process still holds it. */
+    const fired = (id: string, token: string, firedAt: Date, next: Date | undefined) =>
+      sql`UPDATE wakes SET run_count = run_count + 1, last_run_at = ${firedAt}, next_run_at = ${next ?? null},
+            status = ${next === undefined ? "completed" : "scheduled"}, lease_token = NULL, lease_expires_at = NULL,
+            updated_at = ${firedAt}
+          WHERE id = ${id} AND lease_token = ${token} AND status = 'scheduled'`.pipe(Effect.orDie, Effect.asVoid)
+
+    /** Lets another pass try again soon (a firing that could not store its email). */
+    const release = (id: string, token: string, retryAt: Date) =>
+      sql`UPDATE wakes SET lease_token = NULL, lease_expires_at = ${retryAt} WHERE id = ${id} AND lease_token = ${token}`
+        .pipe(Effect.orDie, Effect.asVoid)
+
+    /** A wake that can never fire (its function or organization is gone meanwhile). */
+    const abandon = (id: string, token: string, at: Date) =>
+      sql`UPDATE wakes SET status = 'canceled', next_run_at = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ${at}
+          WHERE id = ${id} AND lease_token = ${token}`.pipe(Effect.orDie, Effect.asVoid)
+
+    /** A firing asked for through the API: counted, the schedule unchanged. */
+    const ranNow = (id: string, firedAt: Date) =>
+      Effect.map(
+        sql<WakeRow>`UPDATE wakes SET run_count = run_count + 1, last_run_at = ${firedAt}, updated_at = ${firedAt}
+          WHERE id = ${id} RETURNING *`,
+        (rows) => rows[0]!
+      ).pipe(Effect.orDie)
+
+    const allowlist = (functionId: string) =>
+      Effect.map(
+        sql<{ senders: ReadonlyArray<string>; updated_at: Date }>`SELECT senders, updated_at FROM function_wake_allowlists
+          WHERE function_id = ${functionId}`,
+        (rows) => Option.fromNullable(rows[0])
+      ).pipe(Effect.orDie)
+
+    const setAllowlist = (orgId: string, functionId: string, senders: ReadonlyArray<string>, at: Date) =>
+      Effect.map(
+        sql<{ senders: ReadonlyArray<string>; updated_at: Date }>`
+          INSERT INTO function_wake_allowlists (function_id, org_id, senders, updated_at)
+          VALUES (${functionId}, ${orgId}, ${JSON.stringify(senders)}::jsonb, ${at})
+          ON CONFLICT (function_id) DO UPDATE SET senders = EXCLUDED.senders, updated_at = EXCLUDED.updated_at
+          RETURNING senders, updated_at`,
+        (rows) => rows[0]!
+      ).pipe(Effect.orDie)
+
+    return { insert, find, list, cancel, claimDue, fired, release, abandon, ranNow, allowlist, setAllowlist } as const
+  })
+}) {}
+
+export const toAllowlist = (
+  functionId: string,
+  wakeAddress: string,
+  row: Option.Option<{ senders: ReadonlyArray<string>; updated_at: Date }>
+): WakeAllowlist => ({
+  function_id: functionId,
+  wake_address: wakeAddress,
+  senders: Option.match(row, { onNone: () => [], onSome: (r) => r.senders }),
+  updated_at: Option.match(row, { onNone: () => null, onSome: (r) => r.updated_at })
+})

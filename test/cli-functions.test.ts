@@ -177,4 +177,37 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("cli functions", (it) =
         expect(routes.body.data).toEqual([expect.objectContaining({ pattern: inbox })])
       }), SLOW)
   })
+
+  describe("wake", () => {
+    it.effect("add by function name, list, run, cancel; allowlist set and get; errors name the flag", () =>
+      Effect.gen(function*() {
+        const { env } = yield* account
+        const fn = yield* cli(env, "functions", "deploy", file("worker.js", echo("w")), "--name", "waker", "--json")
+        const id = (JSON.parse(fn.stdout) as { id: string }).id
+        const added = yield* cli(env, "wake", "add", "waker", "--type", "digest", "--payload", '{"day":"mon"}', "--every", "1h", "--json")
+        expect(added.code, added.stderr).toBe(0)
+        const wake = JSON.parse(added.stdout) as { id: string; schedule: Record<string, string>; command: unknown }
+        expect(wake).toMatchObject({ schedule: { every: "1h" }, command: { type: "digest", payload: { day: "mon" } } })
+        const listed = yield* cli(env, "wake", "list")
+        expect(listed.stdout).toMatch(new RegExp(`${wake.id}\\s+digest\\s+every 1h\\s+scheduled`))
+        const ran = yield* cli(env, "wake", "run", wake.id)
+        expect(ran.stdout).toContain("runs so far: 1")
+        expect((yield* cli(env, "wake", "cancel", wake.id)).stdout).toContain(`Canceled wake ${wake.id}`)
+        expect((yield* cli(env, "wake", "run", wake.id)).code).toBe(3)
+
+        const both = yield* cli(env, "wake", "add", id, "--type", "x", "--in", "5m", "--cron", "0 8 * * *")
+        expect(both.code).toBe(3)
+        expect(both.stderr).toContain("exactly one of")
+        const badPayload = yield* cli(env, "wake", "add", id, "--type", "x", "--in", "5m", "--payload", "{nope")
+        expect(badPayload.code).toBe(2)
+        expect(badPayload.stderr).toContain("--payload: not JSON")
+        expect((yield* cli(env, "wake", "add", "no-such-function", "--type", "x", "--in", "5m")).code).toBe(2)
+
+        const set = yield* cli(env, "wake", "allowlist", "set", "waker", "--sender", "Ops@Acme.com", "--sender", "@acme.com")
+        expect(set.stdout).toBe(`fn-${id}@agents.localhost takes commands from: @acme.com, ops@acme.com\n`)
+        const got = yield* cli(env, "wake", "allowlist", "get", id)
+        expect(got.stdout).toBe(`wake address: fn-${id}@agents.localhost\n@acme.com\nops@acme.com\n`)
+        expect((yield* cli(env, "wake", "allowlist", "set", "waker")).stdout).toContain("takes commands from: nobody")
+      }), SLOW)
+  })
 })

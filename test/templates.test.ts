@@ -173,6 +173,30 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("templates", (it) =>
       }))
   })
 
+  describe("wakes", () => {
+    it.effect("daily-digest's install schedules its daily 08:00 UTC wake for the function", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const installed = yield* call("POST", "/v1/templates/daily-digest/install", {
+          token: org.token,
+          body: { secrets: { DIGEST_TO: "me@example.com" }, route: { pattern: org.inbox } }
+        })
+        expect(installed.status, installed.text).toBe(201)
+        const { function: fn, wakes } = installed.body.data
+        expect(wakes).toEqual([expect.objectContaining({
+          function_id: fn.id,
+          command: { type: "digest", payload: null },
+          schedule: { cron: "0 8 * * *" },
+          status: "scheduled"
+        })])
+        expect(wakes[0].next_run_at).toMatch(/T08:00:00\.000Z$/)
+        const listed = yield* call("GET", `/v1/wakes?function_id=${fn.id}`, { token: org.token })
+        expect(listed.body.data.map((w: { id: string }) => w.id)).toEqual([wakes[0].id])
+        const plain = yield* call("POST", "/v1/templates/remember-senders/install", { token: org.token, body: { name: "plain" } })
+        expect(plain.body.data.wakes).toEqual([])
+      }))
+  })
+
   describe("driven by mail", () => {
     it.effect("remember-senders counts each sender's mail in its memory", () =>
       Effect.gen(function*() {

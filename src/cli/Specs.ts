@@ -680,3 +680,68 @@ export const registriesReject = leaf({
   args: { name: registryName, handle: handleArg },
   examples: ["mailroom registries reject acme-partners their-agent"]
 })
+
+// --- wake --------------------------------------------------------------------------------------
+
+const functionRef = textArg("function", "the function's id or name (`mailroom functions list` shows them)")
+
+export const wakeAdd = leaf({
+  name: "add",
+  summary: "Schedule a typed command for a function (exactly one of --at, --in, --every, --cron)",
+  description: "The function receives it as a signed email: event wake.command with wake {id, type, payload, " +
+    "scheduled_for, fired_at, sender, verified}.",
+  flags: {
+    type: required(text("type", "TYPE", "the command's type: 1-64 of a-z, 0-9, _, . and -")),
+    payload: text("payload", "JSON", "the command's payload, as JSON"),
+    at: text("at", "TIME", "once, at this time (ISO 8601)"),
+    in: text("in", "DELAY", "once, after this delay: 30s, 15m, 2h, 1d"),
+    every: text("every", "INTERVAL", "repeatedly, every interval (at least 1m)"),
+    cron: text("cron", "EXPR", "on a 5-field cron schedule, in UTC, e.g. '0 8 * * *'")
+  },
+  args: { fn: functionRef },
+  examples: ["mailroom wake add triage --type digest --cron '0 8 * * *'", "mailroom wake add triage --type ping --in 15m"]
+})
+
+export const wakeList = leaf({
+  name: "list",
+  summary: "Wakes, newest first",
+  flags: {
+    ...paging,
+    function: uuid("function", "only this function's wakes", { field: "function_id" }),
+    status: choice("status", ["scheduled", "completed", "canceled"], "only wakes in this state")
+  },
+  args: {},
+  examples: ["mailroom wake list --status scheduled"]
+})
+
+export const wakeCancel = leaf({
+  name: "cancel",
+  summary: "Cancel a wake (it never fires again)",
+  flags: {},
+  args: { id: idArg("wake", "mailroom wake list") },
+  examples: [`mailroom wake cancel ${ID}`]
+})
+
+export const wakeRun = leaf({
+  name: "run",
+  summary: "Fire a wake now (its schedule is unchanged)",
+  flags: {},
+  args: { id: idArg("wake", "mailroom wake list") },
+  examples: [`mailroom wake run ${ID}`]
+})
+
+export const wakeAllowlistGet = leaf({
+  name: "get",
+  summary: "Who may mail commands to a function's wake address",
+  flags: {},
+  args: { fn: functionRef },
+  examples: ["mailroom wake allowlist get triage"]
+})
+
+export const wakeAllowlistSet = leaf({
+  name: "set",
+  summary: "Replace the senders allowed to mail commands (none given: nobody)",
+  flags: { sender: many("sender", "ADDRESS|@DOMAIN", "an allowed sender address, or @domain for all of a domain") },
+  args: { fn: functionRef },
+  examples: ["mailroom wake allowlist set triage --sender ops@acme.com --sender @acme.com"]
+})

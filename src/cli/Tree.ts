@@ -43,6 +43,7 @@ const account = () => import("./commands/account.js")
 const resources = () => import("./commands/resources.js")
 const mail = () => import("./commands/mail.js")
 const functions = () => import("./commands/functions.js")
+const wake = () => import("./commands/wake.js")
 const registries = () => import("./commands/registries.js")
 
 export { globalFlags }
@@ -160,6 +161,21 @@ export const root: Group = group(
       cmd(S.registriesUnpublish, () => registries().then((m) => m.registriesUnpublish)),
       cmd(S.registriesApprove, () => registries().then((m) => m.registriesApprove)),
       cmd(S.registriesReject, () => registries().then((m) => m.registriesReject))
+    ]),
+    group("wake", "Scheduled commands for your functions, and who may mail them", [
+      "mailroom wake add triage --type digest --cron '0 8 * * *'",
+      "mailroom wake list"
+    ], [
+      cmd(S.wakeAdd, () => wake().then((m) => m.add)),
+      cmd(S.wakeList, () => wake().then((m) => m.list)),
+      cmd(S.wakeCancel, () => wake().then((m) => m.cancel)),
+      cmd(S.wakeRun, () => wake().then((m) => m.run)),
+      group("allowlist", "Senders allowed to mail commands to a function's wake address", [
+        "mailroom wake allowlist set triage --sender ops@acme.com"
+      ], [
+        cmd(S.wakeAllowlistGet, () => wake().then((m) => m.allowlistGet)),
+        cmd(S.wakeAllowlistSet, () => wake().then((m) => m.allowlistSet))
+      ])
     ]),
     cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen))
   ]

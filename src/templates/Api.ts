@@ -7,6 +7,7 @@ import { Authentication } from "../contract/Security.js"
 import { Endpoint } from "../endpoints/Api.js"
 import { FunctionInfo, FunctionName } from "../functions/Api.js"
 import { Route } from "../routes/Api.js"
+import { Wake } from "../wake/Api.js"
 
 export const TemplateSlug = Schema.String.pipe(
   Schema.pattern(/^[a-z0-9-]{1,64}$/, { message: () => "must be a template slug: 1-64 of a-z, 0-9 and -" })
@@ -54,7 +55,8 @@ export type InstallTemplate = typeof InstallTemplate.Type
 export const Installed = Schema.Struct({
   function: FunctionInfo,
   endpoint: Endpoint,
-  route: Schema.NullOr(Route)
+  route: Schema.NullOr(Route),
+  wakes: Schema.Array(Wake).annotations({ description: "the wakes the template schedules for its function" })
 }).annotations({ identifier: "InstalledTemplate" })
 export type Installed = typeof Installed.Type
 
@@ -85,7 +87,7 @@ export class TemplatesApi extends HttpApiGroup.make("templates")
       .middleware(Authentication)
       .annotate(
         OpenApi.Summary,
-        "Install a template: its function (secrets checked), its endpoint and optionally a route, in one transaction"
+        "Install a template: its function (secrets checked), its endpoint, its wakes and optionally a route, in one transaction"
       )
   )
   .annotate(

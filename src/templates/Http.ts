@@ -1,7 +1,7 @@
 /** Handlers of the Templates area: public reads, and the install (function, endpoint, route) in one transaction. */
 import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Effect, Layer } from "effect"
+import { Clock, Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { requireEntitlement } from "../account/Entitlement.js"
 import { NotFound } from "../contract/Errors.js"
@@ -15,6 +15,8 @@ import { RoutesService } from "../routes/Service.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { PlanGate } from "../account/PlanGate.js"
 import { Dns } from "../net/Dns.js"
+import { toWake, WakesRepo } from "../wake/Repo.js"
+import { checkSchedule } from "../wake/Schedule.js"
 import { TemplateCatalog } from "./Catalog.js"
 import type { Template, TemplateDetail } from "./Api.js"
 
@@ -35,6 +37,7 @@ export const TemplatesHttpLive = HttpApiBuilder.group(MailroomApi, "templates", 
     const functions = yield* FunctionsRepo
     const endpoints = yield* EndpointsService
     const routes = yield* RoutesService
+    const wakes = yield* WakesRepo
     const sql = yield* SqlClient.SqlClient
 
     const found = (slug: string) => {
@@ -75,14 +78,30 @@ export const TemplatesHttpLive = HttpApiBuilder.group(MailroomApi, "templates", 
             const route = payload.route === undefined
               ? null
               : yield* routes.create(orgId, { pattern: payload.route.pattern, endpoint_id: endpoint.id })
+            const now = new Date(yield* Clock.currentTimeMillis)
+            const scheduled = yield* Effect.forEach(t.wakes, (w) => {
+              const checked = checkSchedule({ every: w.every, cron: w.cron }, now)
+              // The catalogue's own schedules: a bad one is a defect of the release, not of the request.
+              if ("problem" in checked) return Effect.dieMessage(`template ${t.slug}: wake ${w.command.type}: ${checked.problem}`)
+              return wakes.insert({
+                orgId,
+                functionId: fn.id,
+                type: w.command.type,
+                payload: w.command.payload === undefined ? null : JSON.stringify(w.command.payload),
+                kind: checked.schedule.kind,
+                value: checked.schedule.value,
+                nextRunAt: checked.first
+              })
+            })
             return {
               function: toFunction({ ...fn, endpoint_id: endpoint.id }),
               endpoint: toEndpoint(endpoint),
-              route: route === null ? null : toRoute(route)
+              route: route === null ? null : toRoute(route),
+              wakes: scheduled.map(toWake)
             }
           })).pipe(Effect.catchTag("SqlError", Effect.die))
         }))
   })).pipe(
-    Layer.provide([TemplateCatalog.Default, FunctionDeployer.Default, RoutesService.Default, EndpointsService.Default]),
+    Layer.provide([TemplateCatalog.Default, FunctionDeployer.Default, RoutesService.Default, EndpointsService.Default, WakesRepo.Default]),
     Layer.provide([FunctionsRepo.Default, RoutesRepo.Default, EndpointsRepo.Default, DomainsRepo.Default, PlanGate.Default, Dns.Default])
   )

@@ -18,6 +18,7 @@ import { RoutesApi } from "./routes/Api.js"
 import { ListenApi } from "./listen/Api.js"
 import { FunctionsApi } from "./functions/Api.js"
 import { MemoriesApi } from "./memories/Api.js"
+import { PaymentsApi } from "./payments/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -71,6 +72,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(ListenApi)
   .add(FunctionsApi)
   .add(MemoriesApi)
+  .add(PaymentsApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

@@ -14,6 +14,7 @@ import { DeliveryCountsMaintenanceLive } from "./deliveries/Counts.js"
 import { DeliveryAttempts, DispatcherLive } from "./deliveries/Dispatcher.js"
 import { OnEmailStoredLive } from "./deliveries/Enqueue.js"
 import { DeliveriesHttpLive } from "./deliveries/Http.js"
+import { OrgEvents } from "./deliveries/OrgEvents.js"
 import { DeliveryQueue } from "./deliveries/Queue.js"
 import { DomainsHttpLive } from "./domains/Http.js"
 import { DomainsRepo } from "./domains/Repo.js"
@@ -38,6 +39,8 @@ import { SmtpServerLive } from "./inbound/SmtpServer.js"
 import { InboxHttpLive } from "./inbox/Http.js"
 import { ListenHttpLive } from "./listen/Http.js"
 import { MemoriesHttpLive } from "./memories/Http.js"
+import { PaymentsHttpLive } from "./payments/Http.js"
+import { PaymentsLive } from "./payments/Service.js"
 import { Mailer } from "./mail/Mailer.js"
 import { Dns } from "./net/Dns.js"
 import { Admission } from "./platform/Admission.js"
@@ -82,7 +85,11 @@ export const DeliveryServicesLive = Layer.mergeAll(
   RouteResolver.Default,
   // One functions runtime (its queue, memory socket and processes) for deliveries and the API.
   FunctionInvoker.Default,
-  FunctionRuntime.Default
+  FunctionRuntime.Default,
+  // Events that are not about one email (payments), through the same delivery path.
+  OrgEvents.Default,
+  // Payments: the HTTP flow's handlers and the email rail's ingestion share one service.
+  PaymentsLive.pipe(Layer.provide(OrgEvents.Default), Layer.provide(DeliveryQueue.Default))
 ).pipe(
   Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default]),
   Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default])
@@ -104,7 +111,8 @@ const AreaHandlers = [
   FiltersHttpLive,
   RoutesHttpLive,
   FunctionsHttpLive,
-  MemoriesHttpLive
+  MemoriesHttpLive,
+  PaymentsHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(

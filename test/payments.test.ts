@@ -386,16 +386,14 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments on a real 
         const payload = yield* Effect.promise(() => signPayment(payer.key, c.payment_required.accepts[0]!, nowSeconds()))
         yield* call("PATCH", "/v1/payments/policy", { token: payer.token, body: { paused: true } })
         clock.advance(31_000)
-        try {
+        yield* Effect.gen(function*() {
           const r = yield* pay(payer, c.id, payload)
           expectFailure(r, 422, "challenge_expired", "settlement", ["challenge_expired"])
           const got = yield* call("GET", `/v1/payments/challenges/${c.id}`, { token: payee.token })
           expect(got.body.data.status).toBe("expired")
           const expiredList = yield* call("GET", "/v1/payments/challenges?status=expired", { token: payee.token })
           expect(expiredList.body.data.map((x: { id: string }) => x.id)).toEqual([c.id])
-        } finally {
-          clock.advance(-31_000)
-        }
+        }).pipe(Effect.ensuring(Effect.sync(() => clock.advance(-31_000))))
       }))
 
     it.effect("insufficient_funds is permanent (no Retry-After), leaves the challenge pending, and the same payload settles once funded", () =>

@@ -122,17 +122,17 @@ export const startFacilitatorStub = async (): Promise<FacilitatorStub> => {
     const chunks: Array<Buffer> = []
     req.on("data", (c: Buffer) => chunks.push(c))
     req.on("end", () => {
+      const body = JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}") as {
+        paymentPayload: { payload?: { authorization?: { from?: string } } }
+        paymentRequirements: { network?: string }
+      }
+      if (state.mode.kind !== "refuse") state.settles.push(body)
       const answer = () => {
-        const body = JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}") as {
-          paymentPayload: { payload?: { authorization?: { from?: string } } }
-          paymentRequirements: { network?: string }
-        }
         const mode = state.mode
         if (mode.kind === "refuse") {
           req.socket.destroy()
           return
         }
-        state.settles.push(body)
         if (mode.kind === "status") {
           res.writeHead(mode.status, { "content-type": "application/json" })
           res.end(mode.body)

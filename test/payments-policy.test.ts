@@ -9,7 +9,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer } from "effect"
 import { execFile } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { promisify } from "node:util"
@@ -21,7 +21,8 @@ import { Provisioning } from "../src/identity/Provisioning.js"
 import { toAtomic } from "../src/payments/Money.js"
 import { PaymentsLive, PaymentsService } from "../src/payments/Service.js"
 import { SettleCaps } from "../src/payments/SettleCaps.js"
-import { makeManualClock, testDatabase, testServerOn } from "./support/harness.js"
+import { runCli } from "./support/cli.js"
+import { makeManualClock, TestServer, testDatabase, testServerOn } from "./support/harness.js"
 import { eventually, type Hooks, startHooks, verifySignature } from "./support/hooks.js"
 import { call } from "./support/http.js"
 import { addressOf, type FacilitatorStub, grantPayments, type Requirements, signPayment, startFacilitatorStub } from "./support/payments.js"
@@ -369,5 +370,57 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("spend policy and se
           expect(revoked.out).toContain("revoked=payments")
         }).pipe(Effect.ensuring(Effect.sync(() => rmSync(dir, { recursive: true, force: true }))))
       }), 180_000)
+  })
+
+  describe("CLI", () => {
+    it.effect("policy, payout, challenges, pay with a local key file, and lists", () =>
+      Effect.gen(function*() {
+        const server = yield* TestServer
+        const payee = yield* newOrg
+        const payer = yield* newOrg
+        const home = mkdtempSync(join(tmpdir(), "mailroom-cli-pay-"))
+        const cli = (org: Org, ...args: Array<string>) =>
+          Effect.promise(() => runCli(args, { baseUrl: server.baseUrl, configHome: home, extra: { MAILROOM_API_KEY: org.token } }))
+        const json = (r: { stdout: string; stderr: string; code: number | null }) => {
+          expect(r.code, r.stderr).toBe(0)
+          return JSON.parse(r.stdout)
+        }
+        yield* Effect.gen(function*() {
+          const wallet = addressOf(generatePrivateKey())
+          const bad = yield* cli(payee, "payments", "payout", "set", "eip155:84532", wallet.toLowerCase())
+          expect(bad.code).not.toBe(0)
+          expect(bad.stderr).toContain("validation_error")
+          expect(json(yield* cli(payee, "payments", "payout", "set", "eip155:84532", wallet, "--json"))).toMatchObject({ address: wallet })
+          const created = json(yield* cli(payee, "payments", "challenges", "create", "--amount", "1.25", "--description", "cli", "--json"))
+          expect(created).toMatchObject({ amount: "1.25", status: "pending", pay_to: wallet })
+          const human = yield* cli(payee, "payments", "challenges", "list")
+          expect(human.stdout).toContain(created.id)
+
+          const policy = json(yield* cli(payer, "payments", "policy", "set", "--per-payment-cap", "1", "--daily-cap", "none", "--json"))
+          expect(policy).toMatchObject({ per_payment_cap: "1", daily_cap: null })
+          const badCap = yield* cli(payer, "payments", "policy", "set", "--per-payment-cap", "lots")
+          expect(badCap.code).not.toBe(0)
+          expect(badCap.stderr).toContain("--per-payment-cap")
+
+          const keyFile = join(home, "wallet.key")
+          writeFileSync(keyFile, `${generatePrivateKey()}\n`, { mode: 0o600 })
+          const declined = yield* cli(payer, "payments", "pay", created.id, "--key-file", keyFile, "--json")
+          expect(declined.code).not.toBe(0)
+          const error = JSON.parse(declined.stdout || declined.stderr)
+          expect(JSON.stringify(error)).toContain("per_payment_cap")
+          expect(json(yield* cli(payer, "payments", "policy", "set", "--per-payment-cap", "none", "--json"))).toMatchObject({
+            per_payment_cap: null
+          })
+          const paid = json(yield* cli(payer, "payments", "pay", created.id, "--key-file", keyFile, "--json"))
+          expect(paid).toMatchObject({ challenge_id: created.id, status: "settled", amount: "1.25", direction: "out" })
+          const incoming = json(yield* cli(payee, "payments", "list", "--direction", "in", "--json"))
+          expect(incoming.data.map((p: { id: string }) => p.id)).toEqual([paid.id])
+          const shown = json(yield* cli(payer, "payments", "policy", "show", "--json"))
+          expect(shown.spent_today).toBe("1.25")
+          const noKey = yield* cli(payer, "payments", "pay", created.id, "--key-file", join(home, "missing.key"))
+          expect(noKey.code).not.toBe(0)
+          expect(noKey.stderr).toContain("--key-file")
+        }).pipe(Effect.ensuring(Effect.sync(() => rmSync(home, { recursive: true, force: true }))))
+      }), 120_000)
   })
 })

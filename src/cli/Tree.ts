@@ -42,6 +42,7 @@ const auth = () => import("./commands/auth.js")
 const account = () => import("./commands/account.js")
 const resources = () => import("./commands/resources.js")
 const mail = () => import("./commands/mail.js")
+const payments = () => import("./commands/payments.js")
 
 export { globalFlags }
 
@@ -112,6 +113,28 @@ export const root: Group = group(
       cmd(S.deliveriesList, () => mail().then((m) => m.deliveriesList)),
       cmd(S.deliveriesGet, () => mail().then((m) => m.deliveriesGet)),
       cmd(S.deliveriesReplay, () => mail().then((m) => m.deliveriesReplay))
+    ]),
+    group("payments", "x402 payments: spend policy, payout wallets, challenges, paying", [
+      "mailroom payments challenges create --amount 1.5",
+      "mailroom payments pay <id> --key-file wallet.key",
+      "mailroom payments list --direction in"
+    ], [
+      group("policy", "The spend policy", ["mailroom payments policy show", "mailroom payments policy set --daily-cap 20"], [
+        cmd(S.paymentsPolicyShow, () => payments().then((m) => m.policyShow)),
+        cmd(S.paymentsPolicySet, () => payments().then((m) => m.policySet))
+      ]),
+      group("payout", "Payout wallets", ["mailroom payments payout set eip155:84532 0x…"], [
+        cmd(S.paymentsPayoutSet, () => payments().then((m) => m.payoutSet)),
+        cmd(S.paymentsPayoutList, () => payments().then((m) => m.payoutList))
+      ]),
+      group("challenges", "Payment challenges (x402 PaymentRequired)", ["mailroom payments challenges create --amount 1.5"], [
+        cmd(S.paymentsChallengesCreate, () => payments().then((m) => m.challengesCreate)),
+        cmd(S.paymentsChallengesList, () => payments().then((m) => m.challengesList)),
+        cmd(S.paymentsChallengesGet, () => payments().then((m) => m.challengesGet))
+      ]),
+      cmd(S.paymentsPay, () => payments().then((m) => m.pay)),
+      cmd(S.paymentsList, () => payments().then((m) => m.list)),
+      cmd(S.paymentsGet, () => payments().then((m) => m.get))
     ]),
     cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen))
   ]

@@ -24,6 +24,7 @@ import {
   HttpRequestError,
   InsufficientFundsError,
   http,
+  nonceManager,
   publicActions,
   TimeoutError,
   verifyTypedData
@@ -118,7 +119,10 @@ export class Facilitator extends Effect.Service<Facilitator>()("mailroom/payment
       )
 
     const builtIn = (rpcUrl: string, key: Redacted.Redacted<string>) => {
-      const account = privateKeyToAccount(Redacted.value(key) as `0x${string}`)
+      // Settlements run concurrently from one account: the nonce manager hands each broadcast its
+      // own transaction nonce (without it, two at once reuse the pending count and one is refused).
+      // Two processes sharing one key can still collide: give each its own key, or use an HTTP facilitator.
+      const account = privateKeyToAccount(Redacted.value(key) as `0x${string}`, { nonceManager })
       let chainId: number | undefined
       const clientFor = (id: number) =>
         createWalletClient({
@@ -129,7 +133,9 @@ export class Facilitator extends Effect.Service<Facilitator>()("mailroom/payment
             nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
             rpcUrls: { default: { http: [rpcUrl] } }
           }),
-          transport: http(rpcUrl, { timeout: timeoutMs, retryCount: 0 })
+          transport: http(rpcUrl, { timeout: timeoutMs, retryCount: 0 }),
+          // viem polls receipts every 4 s by default; a settlement waits for its receipt.
+          pollingInterval: 250
         }).extend(publicActions)
       const clients = new Map<number, ReturnType<typeof clientFor>>()
 

@@ -433,7 +433,7 @@ export const paymentsPolicySet = leaf({
   examples: [
     "mailroom payments policy set --per-payment-cap 5 --daily-cap 20",
     "mailroom payments policy set --paused true",
-    "mailroom payments policy set --allow 0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed"
+    "mailroom payments policy set --allow <org-id>,<address>"
   ]
 })
 
@@ -445,7 +445,7 @@ export const paymentsPayoutSet = leaf({
     network: textArg("network", "CAIP-2 network id, e.g. eip155:84532"),
     address: textArg("address", "EIP-55 checksummed EVM address")
   },
-  examples: ["mailroom payments payout set eip155:84532 0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed"]
+  examples: ["mailroom payments payout set eip155:84532 <checksummed-address>"]
 })
 
 export const paymentsPayoutList = leaf({

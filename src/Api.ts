@@ -21,6 +21,7 @@ import { MemoriesApi } from "./memories/Api.js"
 import { TemplatesApi } from "./templates/Api.js"
 import { WakesApi } from "./wake/Api.js"
 import { RegistriesApi } from "./registries/Api.js"
+import { PaymentsApi } from "./payments/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -77,6 +78,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(TemplatesApi)
   .add(WakesApi)
   .add(RegistriesApi)
+  .add(PaymentsApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

@@ -14,6 +14,7 @@ import { DeliveryCountsMaintenanceLive } from "./deliveries/Counts.js"
 import { DeliveryAttempts, DispatcherLive } from "./deliveries/Dispatcher.js"
 import { OnEmailStoredLive } from "./deliveries/Enqueue.js"
 import { DeliveriesHttpLive } from "./deliveries/Http.js"
+import { OrgEvents } from "./deliveries/OrgEvents.js"
 import { DeliveryQueue } from "./deliveries/Queue.js"
 import { DomainsHttpLive } from "./domains/Http.js"
 import { DomainsRepo } from "./domains/Repo.js"
@@ -43,6 +44,8 @@ import { WakesHttpLive } from "./wake/Http.js"
 import { WakeSchedulerLive, type WakeSchedulerOptions } from "./wake/Scheduler.js"
 import { WakeFiring } from "./wake/Firing.js"
 import { WakesRepo } from "./wake/Repo.js"
+import { PaymentsHttpLive } from "./payments/Http.js"
+import { PaymentsLive } from "./payments/Service.js"
 import { Mailer } from "./mail/Mailer.js"
 import { Dns } from "./net/Dns.js"
 import { Admission } from "./platform/Admission.js"
@@ -91,7 +94,11 @@ export const DeliveryServicesLive = Layer.mergeAll(
   FunctionInvoker.Default,
   FunctionRuntime.Default,
   // One verified-sender lookup (and its batch workers) for ingestion; the send path resolves handles with it.
-  RegistryDirectory.Default
+  RegistryDirectory.Default,
+  // Events that are not about one email (payments), through the same delivery path.
+  OrgEvents.Default,
+  // Payments: the HTTP flow's handlers and the email rail's ingestion share one service.
+  PaymentsLive.pipe(Layer.provide(OrgEvents.Default), Layer.provide(DeliveryQueue.Default))
 ).pipe(
   Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default, RegistryDirectory.Default]),
   Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default])
@@ -116,7 +123,8 @@ const AreaHandlers = [
   MemoriesHttpLive,
   TemplatesHttpLive,
   RegistriesHttpLive,
-  WakesHttpLive
+  WakesHttpLive,
+  PaymentsHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(

@@ -6,12 +6,14 @@ import { Args, Command, Options } from "@effect/cli"
 import { SqlClient } from "@effect/sql"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Layer, Option, Schema } from "effect"
-import { Plan } from "./contract/Plans.js"
+import { OPERATOR_ENTITLEMENTS, Plan } from "./contract/Plans.js"
 import { Provisioning } from "./identity/Provisioning.js"
 import { signupCodeHash } from "./identity/Signup.js"
 import { randomToken } from "./platform/Secrets.js"
 import { AppConfigLive } from "./platform/Config.js"
 import { DatabaseLive } from "./platform/Database.js"
+import { fromAtomic, toAtomic } from "./payments/Money.js"
+import { SettleCaps } from "./payments/SettleCaps.js"
 
 const OrgId = Schema.UUID
 
@@ -73,14 +75,94 @@ const createSignupCode = Command.make(
     })
 ).pipe(Command.withDescription("create a reserved sign-up code (shown once, stored hashed; redeemed once at sign-up)"))
 
+const entitlementArg = Args.choice(OPERATOR_ENTITLEMENTS.map((e) => [e, e] as const), { name: "entitlement" })
+
+const orgExists = (orgId: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql<{ id: string }>`SELECT id FROM organizations WHERE id = ${orgId}`
+    if (rows.length === 0) return yield* Effect.fail(new Error(`no organization ${orgId}`))
+  })
+
+const grant = Command.make(
+  "grant",
+  { orgId: Args.text({ name: "org_id" }).pipe(Args.withSchema(OrgId)), entitlement: entitlementArg },
+  ({ entitlement, orgId }) =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* orgExists(orgId)
+      yield* sql`INSERT INTO organization_entitlements (org_id, entitlement) VALUES (${orgId}, ${entitlement})
+                 ON CONFLICT DO NOTHING`
+      yield* Console.log(`org_id=${orgId} granted=${entitlement}`)
+    })
+).pipe(Command.withDescription("grant an operator-granted entitlement (payments) to an organization"))
+
+const revoke = Command.make(
+  "revoke",
+  { orgId: Args.text({ name: "org_id" }).pipe(Args.withSchema(OrgId)), entitlement: entitlementArg },
+  ({ entitlement, orgId }) =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* orgExists(orgId)
+      yield* sql`DELETE FROM organization_entitlements WHERE org_id = ${orgId} AND entitlement = ${entitlement}`
+      yield* Console.log(`org_id=${orgId} revoked=${entitlement}`)
+    })
+).pipe(Command.withDescription("revoke an operator-granted entitlement"))
+
+/** `10`, `2.5`, or `default` (back to the service default). */
+const capOption = (name: string, what: string) =>
+  Options.text(name).pipe(
+    Options.optional,
+    Options.withDescription(`${what} in USDC (a decimal such as 25 or 2.5), or \`default\``)
+  )
+
+const capValue = (name: string, v: Option.Option<string>) =>
+  Option.match(v, {
+    onNone: () => Effect.succeed(undefined),
+    onSome: (text) => {
+      if (text === "default") return Effect.succeed(null)
+      const atomic = toAtomic(text)
+      return atomic === undefined
+        ? Effect.fail(new Error(`--${name}: "${text}" is not a USDC amount (at most 6 decimals)`))
+        : Effect.succeed(atomic)
+    }
+  })
+
+const settleCaps = Command.make(
+  "settle-caps",
+  {
+    orgId: Args.text({ name: "org_id" }).pipe(Args.withSchema(OrgId)),
+    perSettle: capOption("per-settle", "largest single email-rail settlement"),
+    daily: capOption("daily", "most settled per UTC day on the email rail"),
+    monthly: capOption("monthly", "most settled per UTC month on the email rail")
+  },
+  ({ daily, monthly, orgId, perSettle }) =>
+    Effect.gen(function*() {
+      yield* orgExists(orgId)
+      const caps = yield* SettleCaps
+      const change = {
+        perSettle: yield* capValue("per-settle", perSettle),
+        daily: yield* capValue("daily", daily),
+        monthly: yield* capValue("monthly", monthly)
+      }
+      const touched = Object.values(change).some((v) => v !== undefined)
+      const now = touched
+        ? yield* caps.set(orgId, Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined)))
+        : yield* caps.show(orgId)
+      yield* Console.log(
+        `org_id=${orgId} per_settle=${fromAtomic(now.perSettle)} daily=${fromAtomic(now.daily)} monthly=${fromAtomic(now.monthly)}`
+      )
+    })
+).pipe(Command.withDescription("show or change an organization's email-rail settle caps (USDC; without options: show)"))
+
 const admin = Command.make("admin").pipe(
   Command.withDescription("Mailroom operator commands"),
-  Command.withSubcommands([createOrg, setPlan, createSignupCode])
+  Command.withSubcommands([createOrg, setPlan, createSignupCode, grant, revoke, settleCaps])
 )
 
 const cli = Command.run(admin, { name: "mailroom-admin", version: "0.1.0" })
 
-const Runtime = Provisioning.Default.pipe(
+const Runtime = Layer.merge(Provisioning.Default, SettleCaps.Default).pipe(
   Layer.provideMerge(DatabaseLive),
   Layer.provide(AppConfigLive),
   Layer.merge(NodeContext.layer)

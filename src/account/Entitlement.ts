@@ -13,9 +13,11 @@ export const planGranting = (key: Entitlement): Plan | undefined => PLAN_ORDER.f
 export const requireEntitlement = (orgId: string, key: Entitlement, what: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql<{ plan: Plan }>`SELECT plan FROM organizations WHERE id = ${orgId}`.pipe(Effect.orDie)
+    const rows = yield* sql<{ plan: Plan; granted: boolean }>`
+      SELECT plan, EXISTS (SELECT 1 FROM organization_entitlements g WHERE g.org_id = o.id AND g.entitlement = ${key}) AS granted
+      FROM organizations o WHERE o.id = ${orgId}`.pipe(Effect.orDie)
     const plan = rows[0]?.plan ?? "agent"
-    if (ENTITLEMENTS[plan].includes(key)) return
+    if (ENTITLEMENTS[plan].includes(key) || rows[0]?.granted === true) return
     const required = planGranting(key) ?? "pro"
     return yield* new Forbidden({
       message: `${what} need the ${key} entitlement (plan ${required} or above); this organization is on ${plan}`,

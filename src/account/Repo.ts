@@ -1,7 +1,7 @@
 /** SQL of the Account area. */
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
-import { entitlementsOf, LIMITS, type Plan } from "../contract/Plans.js"
+import { type Entitlement, entitlementsOf, LIMITS, OPERATOR_ENTITLEMENTS, type Plan } from "../contract/Plans.js"
 import type { Account, AccountUpdateResult, StorageStatistics } from "./Api.js"
 
 interface AccountRow {
@@ -18,6 +18,8 @@ interface AccountRow {
   spam_threshold: string | null
   discard_content_on_webhook_confirmed: boolean
   webhook_secret_rotated_at: Date | null
+  /** Entitlements an operator granted to this organization (`npm run admin -- grant`). */
+  granted?: ReadonlyArray<string> | null
 }
 
 export const toAccount = (row: AccountRow): Account => ({
@@ -26,7 +28,10 @@ export const toAccount = (row: AccountRow): Account => ({
   email: row.owner_email ?? row.managed_inbox_address ?? "",
   plan: row.plan,
   limits: LIMITS[row.plan],
-  entitlements: entitlementsOf(row.plan),
+  entitlements: entitlementsOf(
+    row.plan,
+    (row.granted ?? []).filter((e): e is Entitlement => (OPERATOR_ENTITLEMENTS as ReadonlyArray<string>).includes(e))
+  ),
   managed_inbox_address: row.managed_inbox_address,
   created_at: row.created_at,
   onboarding_completed: row.onboarding_completed,
@@ -49,6 +54,8 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
                o.billing_subscription_status, o.subscription_current_period_end,
                o.subscription_cancel_at_period_end, o.spam_threshold, o.discard_content_on_webhook_confirmed,
                o.webhook_secret_rotated_at,
+               (SELECT array_agg(g.entitlement ORDER BY g.entitlement) FROM organization_entitlements g
+                 WHERE g.org_id = o.id) AS granted,
                (SELECT u.email FROM memberships m JOIN users u ON u.id = m.user_id
                  WHERE m.org_id = o.id AND m.role = 'owner' ORDER BY m.created_at LIMIT 1) AS owner_email
         FROM organizations o WHERE o.id = ${orgId}`.pipe(

@@ -45,6 +45,7 @@ const mail = () => import("./commands/mail.js")
 const functions = () => import("./commands/functions.js")
 const wake = () => import("./commands/wake.js")
 const registries = () => import("./commands/registries.js")
+const payments = () => import("./commands/payments.js")
 
 export { globalFlags }
 
@@ -176,6 +177,28 @@ export const root: Group = group(
         cmd(S.wakeAllowlistGet, () => wake().then((m) => m.allowlistGet)),
         cmd(S.wakeAllowlistSet, () => wake().then((m) => m.allowlistSet))
       ])
+    ]),
+    group("payments", "x402 payments: spend policy, payout wallets, challenges, paying", [
+      "mailroom payments challenges create --amount 1.5",
+      "mailroom payments pay <id> --key-file wallet.key",
+      "mailroom payments list --direction in"
+    ], [
+      group("policy", "The spend policy", ["mailroom payments policy show", "mailroom payments policy set --daily-cap 20"], [
+        cmd(S.paymentsPolicyShow, () => payments().then((m) => m.policyShow)),
+        cmd(S.paymentsPolicySet, () => payments().then((m) => m.policySet))
+      ]),
+      group("payout", "Payout wallets", ["mailroom payments payout set eip155:84532 0x…"], [
+        cmd(S.paymentsPayoutSet, () => payments().then((m) => m.payoutSet)),
+        cmd(S.paymentsPayoutList, () => payments().then((m) => m.payoutList))
+      ]),
+      group("challenges", "Payment challenges (x402 PaymentRequired)", ["mailroom payments challenges create --amount 1.5"], [
+        cmd(S.paymentsChallengesCreate, () => payments().then((m) => m.challengesCreate)),
+        cmd(S.paymentsChallengesList, () => payments().then((m) => m.challengesList)),
+        cmd(S.paymentsChallengesGet, () => payments().then((m) => m.challengesGet))
+      ]),
+      cmd(S.paymentsPay, () => payments().then((m) => m.pay)),
+      cmd(S.paymentsList, () => payments().then((m) => m.list)),
+      cmd(S.paymentsGet, () => payments().then((m) => m.get))
     ]),
     cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen))
   ]

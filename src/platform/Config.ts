@@ -41,7 +41,19 @@ export interface AppConfigShape {
   readonly functionAllowPrivateNetwork: boolean
   /** `MAILROOM_SECRET_KEY`: the master key sealing secrets at rest (else `DATA_DIR/secret.key`; ServiceKey.ts). */
   readonly masterKey: Option.Option<Redacted.Redacted<string>>
+  /** Networks (CAIP-2) payments are offered and settled on. */
+  readonly x402Networks: ReadonlyArray<string>
+  /** The built-in facilitator: a JSON-RPC endpoint of the chain and the key that pays gas for settlements. */
+  readonly x402RpcUrl: Option.Option<string>
+  readonly x402FacilitatorPrivateKey: Option.Option<Redacted.Redacted<string>>
+  /** An HTTP x402 facilitator (`/settle`), instead of the built-in one. */
+  readonly x402FacilitatorUrl: Option.Option<string>
+  /** How long one settlement may take (broadcast and receipt) before it counts as unavailable. */
+  readonly x402SettleTimeout: Duration.Duration
 }
+
+/** Networks the payments area knows how to settle on (its table of USDC contracts). */
+export const SUPPORTED_X402_NETWORKS: ReadonlyArray<string> = ["eip155:84532", "eip155:8453"]
 
 export class AppConfig extends Context.Tag("mailroom/AppConfig")<AppConfig, AppConfigShape>() {}
 
@@ -173,8 +185,52 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     )
   ),
   functionAllowPrivateNetwork: bool("FUNCTION_ALLOW_PRIVATE_NETWORK", false),
-  masterKey: Config.option(Config.redacted("MAILROOM_SECRET_KEY"))
+  masterKey: Config.option(Config.redacted("MAILROOM_SECRET_KEY")),
+  x402Networks: Config.string("X402_NETWORKS").pipe(
+    Config.withDefault("eip155:84532"),
+    Config.mapOrFail((raw) => {
+      const list = [...new Set(raw.split(",").map((s) => s.trim()).filter((s) => s !== ""))]
+      const unknown = list.filter((n) => !SUPPORTED_X402_NETWORKS.includes(n))
+      if (list.length === 0 || unknown.length > 0) {
+        return Either.left(ConfigError.InvalidData(
+          ["X402_NETWORKS"],
+          `must list networks among ${SUPPORTED_X402_NETWORKS.join(", ")}${unknown.length > 0 ? `; unknown: ${unknown.join(", ")}` : ""}`
+        ))
+      }
+      return Either.right(list)
+    })
+  ),
+  x402RpcUrl: Config.option(url("X402_RPC_URL", ["http:", "https:"])),
+  x402FacilitatorPrivateKey: Config.option(
+    Config.string("X402_FACILITATOR_PRIVATE_KEY").pipe(
+      Config.mapOrFail((raw) => {
+        const key = raw.trim()
+        return /^0x[0-9a-fA-F]{64}$/.test(key)
+          ? Either.right(Redacted.make(key))
+          : Either.left(ConfigError.InvalidData(["X402_FACILITATOR_PRIVATE_KEY"], "must be 0x followed by 64 hex digits"))
+      })
+    )
+  ),
+  x402FacilitatorUrl: Config.option(url("X402_FACILITATOR_URL", ["http:", "https:"])),
+  x402SettleTimeout: duration("X402_SETTLE_TIMEOUT", "30s")
 }).pipe(
+  Config.mapOrFail((c) => {
+    const rpc = Option.isSome(c.x402RpcUrl)
+    const key = Option.isSome(c.x402FacilitatorPrivateKey)
+    if (rpc !== key) {
+      return Either.left(ConfigError.InvalidData(
+        [rpc ? "X402_FACILITATOR_PRIVATE_KEY" : "X402_RPC_URL"],
+        "the built-in facilitator needs both X402_RPC_URL and X402_FACILITATOR_PRIVATE_KEY"
+      ))
+    }
+    if (rpc && Option.isSome(c.x402FacilitatorUrl)) {
+      return Either.left(ConfigError.InvalidData(
+        ["X402_FACILITATOR_URL"],
+        "set either X402_FACILITATOR_URL (an HTTP facilitator) or X402_RPC_URL with X402_FACILITATOR_PRIVATE_KEY (the built-in one), not both"
+      ))
+    }
+    return Either.right(c)
+  }),
   Config.map((c) => ({
     ...c,
     publicBaseUrl: Option.getOrElse(c.publicBaseUrl, () => `http://localhost:${c.port}`)

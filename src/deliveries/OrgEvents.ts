@@ -1,0 +1,68 @@
+/**
+ * Events that are not about one received email (`payment.failed`, `payment.settled`, …) through the
+ * same delivery path as mail: one delivery per subscribed endpoint, the payload built once with a
+ * stable event id, signed afresh on every attempt, retried on the delivery schedule and listed by
+ * the deliveries operations (with `email_id` null).
+ *
+ * Which endpoints: an endpoint that names the event type in `rules.event_types` receives it
+ * wherever it sits (a per-domain endpoint or a route target included); the organization-wide
+ * fallback endpoint (no domain, not a route target) with `event_types` omitted receives every event
+ * type. Other endpoints are mail destinations of a domain or an address, and a non-mail event
+ * reaches them only when they ask for it. Disabled and deleted endpoints receive nothing. Filters and
+ * the sender and size rules apply to mail only.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+import { newEventId } from "../webhooks/Payload.js"
+import { DeliveryQueue } from "./Queue.js"
+
+export interface OrgEvent {
+  readonly orgId: string
+  readonly eventType: string
+  /** The event's own fields (beside `id`, `event`, `created_at`). */
+  readonly data: Readonly<Record<string, unknown>>
+  readonly createdAt: Date
+}
+
+export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const queue = yield* DeliveryQueue
+
+    /**
+     * Enqueues the event for each subscribed endpoint, on the caller's connection (so inside its
+     * transaction when it has one: the event exists exactly when what it reports was committed).
+     * Answers the event id and the number of deliveries.
+     */
+    const emit = (event: OrgEvent) =>
+      Effect.gen(function*() {
+        const endpoints = yield* sql<{ id: string }>`
+          SELECT id FROM endpoints
+          WHERE org_id = ${event.orgId} AND deactivated_at IS NULL AND enabled
+            AND (
+              (jsonb_typeof(rules -> 'event_types') = 'array' AND rules -> 'event_types' ? ${event.eventType})
+              OR (NOT (rules ? 'event_types') AND domain_id IS NULL AND NOT is_route_target)
+            )
+          ORDER BY created_at, id`
+        const eventId = newEventId()
+        if (endpoints.length === 0) return { eventId, deliveries: 0 }
+        const payload = JSON.stringify({ id: eventId, event: event.eventType, created_at: event.createdAt.toISOString(), ...event.data })
+        for (const endpoint of endpoints) {
+          yield* queue.enqueueStatement({
+            orgId: event.orgId,
+            emailId: null,
+            endpointId: endpoint.id,
+            eventId,
+            eventType: event.eventType,
+            payload,
+            sender: "",
+            recipient: "",
+            subject: ""
+          })
+        }
+        return { eventId, deliveries: endpoints.length }
+      }).pipe(Effect.orDie)
+
+    return { emit } as const
+  })
+}) {}

@@ -1,0 +1,403 @@
+/**
+ * The payment flows. One pipeline serves both rails:
+ * - HTTP (`POST /payments/challenges/{id}/pay`): the payer's spend policy guards the payment, failures
+ *   go to the payer's endpoints, a settlement to both organizations';
+ * - email (`settleIncoming`, called by mail ingestion when a reply carries a signed payment): the
+ *   payee's settle caps guard it, every event goes to the payee's endpoints.
+ *
+ * Order of checks: the challenge's expiry → the guard (policy or caps) → our verifier → settlement.
+ * The guard is checked once before verification (so its refusal is what a caller sees first) and
+ * again, atomically, in the transaction that claims the challenge and records the settling payment:
+ * that row is the reservation caps count, and the claim (`payment_id` set only while null) is what
+ * makes a challenge paid at most once. A failed settlement releases the claim; the challenge stays
+ * pending. Every failure is recorded as a failed payment and emitted as `payment.failed` in the same
+ * transaction; a settlement as `payment.settled`.
+ */
+import { SqlClient } from "@effect/sql"
+import type { PaymentPayload, PaymentRequirements } from "@x402/core/types"
+import { Clock, Effect, Layer, Option } from "effect"
+import { randomBytes } from "node:crypto"
+import { getAddress, isAddress, type Address, type Hex } from "viem"
+import { NoPayoutAddress, NotFound, ValidationError } from "../contract/Errors.js"
+import { OrgEvents } from "../deliveries/OrgEvents.js"
+import { AppConfig } from "../platform/Config.js"
+import { uniqueViolation } from "../platform/SqlErrors.js"
+import type { SqlError } from "@effect/sql/SqlError"
+import { type CreateChallenge, DEFAULT_EXPIRES_IN, type Payment } from "./Api.js"
+import {
+  capped,
+  declined,
+  expired,
+  type PaymentFailure,
+  unsettled,
+  unverified
+} from "./Failures.js"
+import { Facilitator } from "./Facilitator.js"
+import { atomicOf, fromAtomic, toAtomic } from "./Money.js"
+import { networkInfo } from "./Networks.js"
+import { evaluatePolicy, utcDay } from "./Policy.js"
+import { type ChallengeRow, paymentRequiredOf, type PaymentRow, PaymentsRepo, policyOf, toPayment } from "./Repo.js"
+import { SettleCaps } from "./SettleCaps.js"
+import { type Authorization, payloadValue, verifyPayment } from "./Verifier.js"
+
+/** How long a payer has, once it signed, to get the authorization settled (x402 `maxTimeoutSeconds`). */
+export const MAX_TIMEOUT_SECONDS = 300
+
+const invalid = (field: string, reason: string) =>
+  new ValidationError({ message: `${field}: ${reason}`, details: { issues: [{ field, reason }] } })
+
+/** A checksummed (EIP-55) address, as the API requires it. */
+export const checksummed = (value: string): Address | undefined =>
+  isAddress(value, { strict: true }) && getAddress(value) === value && !/^0x0{40}$/i.test(value) ? value as Address : undefined
+
+const CHALLENGE_COLUMNS = `id, org_id, amount::text AS amount, asset, network, pay_to, payer_address, description, nonce,
+  max_timeout_seconds, expires_at, payment_id, paid_at, created_at`
+const PAYMENT_COLUMNS = `id, challenge_id, rail, payer_org_id, payee_org_id, status, amount::text AS amount, asset, network,
+  payer_address, pay_to, nonce, transaction, failure_code, failure_category, failure_reasons, failure_message, spent_at,
+  settled_at, created_at`
+
+/** The side of a flow that decides, guards and hears about a payment. */
+interface Rail {
+  readonly rail: "http" | "email"
+  readonly payerOrgId: string | null
+  /** The first look (no lock): every refusal reason, or none. */
+  readonly guard: (amount: bigint, nowMs: number) => Effect.Effect<PaymentFailure | null>
+  /** The same verdict under the guard's lock, inside the claiming transaction. */
+  readonly guardLocked: (amount: bigint, nowMs: number) => Effect.Effect<PaymentFailure | null, unknown>
+  /** Organizations told of a failure, and of a settlement (with the direction each sees). */
+  readonly failedTo: ReadonlyArray<string>
+  readonly settledTo: ReadonlyArray<{ readonly orgId: string; readonly direction: "in" | "out" }>
+}
+
+export type PayResult =
+  | { readonly _tag: "Settled"; readonly payment: PaymentRow }
+  | { readonly _tag: "Failed"; readonly payment: PaymentRow; readonly failure: PaymentFailure }
+  | { readonly _tag: "Conflict"; readonly message: string; readonly paymentId: string | null }
+
+export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom/payments/PaymentsService", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const config = yield* AppConfig
+    const repo = yield* PaymentsRepo
+    const events = yield* OrgEvents
+    const facilitator = yield* Facilitator
+    const caps = yield* SettleCaps
+
+    const challengeById = (id: string) =>
+      sql.unsafe<ChallengeRow>(`SELECT ${CHALLENGE_COLUMNS} FROM payment_challenges WHERE id = $1`, [id]).pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    const paymentById = (id: string) =>
+      sql.unsafe<PaymentRow>(`SELECT ${PAYMENT_COLUMNS} FROM payments WHERE id = $1`, [id]).pipe(
+        Effect.map((rows) => rows[0]!),
+        Effect.orDie
+      )
+
+    // --- challenges ---------------------------------------------------------------------------
+
+    const createChallenge = (orgId: string, body: CreateChallenge) =>
+      Effect.gen(function*() {
+        const network = body.network ?? config.x402Networks[0]!
+        if (!config.x402Networks.includes(network)) {
+          return yield* invalid("network", `payments are offered on ${config.x402Networks.join(", ")}`)
+        }
+        const info = networkInfo(network)!
+        const amount = toAtomic(body.amount)!
+        if (amount <= 0n) return yield* invalid("amount", "must be greater than 0")
+        let payer: Address | null = null
+        if (body.payer_address !== undefined) {
+          const a = checksummed(body.payer_address)
+          if (a === undefined) return yield* invalid("payer_address", "must be a checksummed (EIP-55) EVM address")
+          payer = a
+        }
+        const payTo = yield* repo.payoutAddress(orgId, network)
+        if (Option.isNone(payTo)) {
+          return yield* new NoPayoutAddress({
+            message: `no payout address for ${network}: set one with PUT /v1/payments/payout-addresses/${network}`,
+            details: { network }
+          })
+        }
+        const now = yield* Clock.currentTimeMillis
+        const expiresAt = new Date(now + (body.expires_in ?? DEFAULT_EXPIRES_IN) * 1000)
+        const nonce = `0x${randomBytes(32).toString("hex")}`
+        const rows = yield* sql.unsafe<ChallengeRow>(
+          `INSERT INTO payment_challenges (org_id, amount, asset, network, pay_to, payer_address, description, nonce,
+             max_timeout_seconds, expires_at, created_at)
+           VALUES ($1, $2::numeric, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING ${CHALLENGE_COLUMNS}`,
+          [orgId, amount.toString(), info.asset, network, payTo.value, payer, body.description ?? null, nonce,
+            MAX_TIMEOUT_SECONDS, expiresAt, new Date(now)]
+        ).pipe(Effect.orDie)
+        return rows[0]!
+      })
+
+    // --- events -------------------------------------------------------------------------------
+
+    const paymentData = (p: PaymentRow, direction: "in" | "out") => ({
+      payment: {
+        id: p.id,
+        challenge_id: p.challenge_id,
+        direction,
+        rail: p.rail,
+        status: p.status,
+        amount: fromAtomic(atomicOf(p.amount)),
+        asset: p.asset,
+        network: p.network,
+        payer_address: p.payer_address,
+        pay_to: p.pay_to,
+        ...(p.status === "settled" ? { transaction: p.transaction, settled_at: p.settled_at?.toISOString() ?? null } : {}),
+        ...(p.status === "failed"
+          ? {
+            failure_category: p.failure_category,
+            reasons: p.failure_reasons ?? [],
+            code: p.failure_code,
+            message: p.failure_message
+          }
+          : {})
+      }
+    })
+
+    const emitFailed = (p: PaymentRow, rail: Rail, failure: PaymentFailure, nowMs: number) =>
+      Effect.forEach(rail.failedTo, (orgId) =>
+        events.emit({
+          orgId,
+          eventType: "payment.failed",
+          createdAt: new Date(nowMs),
+          data: (() => {
+            const d = paymentData(p, orgId === p.payer_org_id ? "out" : "in")
+            return { payment: { ...d.payment, retryable: failure.retryAfter !== null } }
+          })()
+        }), { discard: true })
+
+    const emitSettled = (p: PaymentRow, rail: Rail, nowMs: number) =>
+      Effect.forEach(rail.settledTo, (to) =>
+        events.emit({ orgId: to.orgId, eventType: "payment.settled", createdAt: new Date(nowMs), data: paymentData(p, to.direction) }), {
+        discard: true
+      })
+
+    // --- the pipeline -------------------------------------------------------------------------
+
+    interface Attempt {
+      readonly challenge: ChallengeRow
+      readonly rail: Rail
+      readonly payerAddress: string | null
+      readonly nonce: string | null
+      readonly nowMs: number
+    }
+
+    /** A failure before any claim: recorded as a failed payment and emitted, in one transaction. */
+    const recordFailure = (a: Attempt, failure: PaymentFailure) =>
+      Effect.gen(function*() {
+        const rows = yield* sql.unsafe<PaymentRow>(
+          `INSERT INTO payments (challenge_id, rail, payer_org_id, payee_org_id, status, amount, asset, network,
+             payer_address, pay_to, nonce, failure_code, failure_category, failure_reasons, failure_message, spent_at, created_at)
+           VALUES ($1, $2, $3, $4, 'failed', $5::numeric, $6, $7, $8, $9, $10, $11, $12, $13::text[], $14, $15, $15)
+           RETURNING ${PAYMENT_COLUMNS}`,
+          [a.challenge.id, a.rail.rail, a.rail.payerOrgId, a.challenge.org_id, a.challenge.amount, a.challenge.asset,
+            a.challenge.network, a.payerAddress, a.challenge.pay_to, a.nonce, failure.code, failure.category,
+            pgArray(failure.reasons), failure.message, new Date(a.nowMs)]
+        )
+        const payment = rows[0]!
+        yield* emitFailed(payment, a.rail, failure, a.nowMs)
+        return { _tag: "Failed", payment, failure } as const
+      }).pipe(sql.withTransaction, Effect.orDie)
+
+    type Claim =
+      | { readonly _tag: "Claimed"; readonly payment: PaymentRow }
+      | { readonly _tag: "Refused"; readonly failure: PaymentFailure }
+      | { readonly _tag: "Conflict"; readonly message: string; readonly paymentId: string | null }
+
+    /** Guard again under its lock, claim the challenge and record the settling payment: all or nothing. */
+    const claim = (a: Attempt, auth: Authorization) =>
+      Effect.gen(function*() {
+        const refusal = yield* a.rail.guardLocked(auth.value, a.nowMs)
+        if (refusal !== null) return { _tag: "Refused", failure: refusal } as Claim
+        const paymentId = crypto.randomUUID()
+        const claimed = yield* sql<{ id: string }>`
+          UPDATE payment_challenges SET payment_id = ${paymentId}
+          WHERE id = ${a.challenge.id} AND payment_id IS NULL AND paid_at IS NULL AND expires_at > ${new Date(a.nowMs)}
+          RETURNING id`
+        if (claimed.length === 0) {
+          const now = yield* challengeById(a.challenge.id)
+          const current = Option.getOrUndefined(now)
+          return {
+            _tag: "Conflict",
+            message: current?.paid_at != null
+              ? "the challenge is already paid"
+              : "another payment of this challenge is being settled; retry after it ends",
+            paymentId: current?.payment_id ?? null
+          } as Claim
+        }
+        const rows = yield* sql.unsafe<PaymentRow>(
+          `INSERT INTO payments (id, challenge_id, rail, payer_org_id, payee_org_id, status, amount, asset, network,
+             payer_address, pay_to, nonce, spent_at, created_at)
+           VALUES ($1, $2, $3, $4, $5, 'settling', $6::numeric, $7, $8, $9, $10, $11, $12, $12) RETURNING ${PAYMENT_COLUMNS}`,
+          [paymentId, a.challenge.id, a.rail.rail, a.rail.payerOrgId, a.challenge.org_id, auth.value.toString(),
+            a.challenge.asset, a.challenge.network, auth.from, a.challenge.pay_to, auth.nonce, new Date(a.nowMs)]
+        )
+        return { _tag: "Claimed", payment: rows[0]! } as Claim
+      }).pipe(
+        sql.withTransaction,
+        Effect.catchAll((e) =>
+          (e as { _tag?: string })._tag === "SqlError" && uniqueViolation(e as SqlError) !== undefined
+            ? Effect.succeed<Claim>({
+              _tag: "Conflict",
+              message: "this signed authorization is already being settled or was settled",
+              paymentId: null
+            })
+            : Effect.die(e)
+        )
+      )
+
+    const finishSettled = (a: Attempt, payment: PaymentRow, transaction: string) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const rows = yield* sql.unsafe<PaymentRow>(
+          `UPDATE payments SET status = 'settled', transaction = $2, settled_at = $3, updated_at = $3
+           WHERE id = $1 RETURNING ${PAYMENT_COLUMNS}`,
+          [payment.id, transaction, new Date(now)]
+        )
+        yield* sql`UPDATE payment_challenges SET paid_at = ${new Date(now)} WHERE id = ${a.challenge.id} AND payment_id = ${payment.id}`
+        const settled = rows[0]!
+        yield* emitSettled(settled, a.rail, now)
+        return { _tag: "Settled", payment: settled } as const
+      }).pipe(sql.withTransaction, Effect.orDie)
+
+    const finishFailed = (a: Attempt, payment: PaymentRow, failure: PaymentFailure) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const rows = yield* sql.unsafe<PaymentRow>(
+          `UPDATE payments SET status = 'failed', failure_code = $2, failure_category = $3, failure_reasons = $4::text[],
+             failure_message = $5, updated_at = $6 WHERE id = $1 RETURNING ${PAYMENT_COLUMNS}`,
+          [payment.id, failure.code, failure.category, pgArray(failure.reasons), failure.message, new Date(now)]
+        )
+        yield* sql`UPDATE payment_challenges SET payment_id = NULL WHERE id = ${a.challenge.id} AND payment_id = ${payment.id}`
+        const failed = rows[0]!
+        yield* emitFailed(failed, a.rail, failure, now)
+        return { _tag: "Failed", payment: failed, failure } as const
+      }).pipe(sql.withTransaction, Effect.orDie)
+
+    /** The whole pipeline for one signed payload against one challenge. */
+    const process = (challenge: ChallengeRow, rail: Rail, payload: unknown): Effect.Effect<PayResult> =>
+      Effect.gen(function*() {
+        const nowMs = yield* Clock.currentTimeMillis
+        if (challenge.paid_at !== null) {
+          return { _tag: "Conflict", message: "the challenge is already paid", paymentId: challenge.payment_id } as const
+        }
+        const base = { challenge, rail, nowMs, payerAddress: null, nonce: null }
+        if (challenge.expires_at.getTime() <= nowMs) return yield* recordFailure(base, expired(challenge.expires_at))
+
+        // The guard judges what the signed authorization would move, when it can be read.
+        const spend = payloadValue(payload) ?? atomicOf(challenge.amount)
+        const refusal = yield* rail.guard(spend, nowMs)
+        if (refusal !== null) return yield* recordFailure(base, refusal)
+
+        const info = networkInfo(challenge.network)!
+        const verdict = yield* Effect.promise(() =>
+          verifyPayment({
+            network: challenge.network,
+            chainId: info.chainId,
+            asset: challenge.asset as Address,
+            assetName: info.assetName,
+            assetVersion: info.assetVersion,
+            amount: atomicOf(challenge.amount),
+            payTo: challenge.pay_to as Address,
+            nonce: challenge.nonce as Hex,
+            payerAddress: challenge.payer_address as Address | null
+          }, payload, nowMs / 1000)
+        )
+        if (!verdict.ok) {
+          return yield* recordFailure({ ...base, payerAddress: verdict.payerAddress, nonce: verdict.nonce }, unverified(verdict.reasons))
+        }
+        const attempt: Attempt = { ...base, payerAddress: verdict.authorization.from, nonce: verdict.authorization.nonce }
+        const claimed = yield* Effect.orDie(claim(attempt, verdict.authorization))
+        if (claimed._tag === "Conflict") return claimed
+        if (claimed._tag === "Refused") return yield* recordFailure(attempt, claimed.failure)
+
+        const requirements = paymentRequiredOf(challenge, config.publicBaseUrl).accepts[0]! as PaymentRequirements
+        const outcome = yield* facilitator.settle(payload as PaymentPayload, requirements)
+        if (outcome._tag === "Settled") return yield* finishSettled(attempt, claimed.payment, outcome.transaction)
+        return yield* finishFailed(attempt, claimed.payment, unsettled(outcome.reason, outcome.detail))
+      })
+
+    // --- the rails ------------------------------------------------------------------------------
+
+    const policyVerdict = (payerOrgId: string, challenge: ChallengeRow, amount: bigint, nowMs: number, lock: boolean) =>
+      Effect.gen(function*() {
+        if (lock) yield* sql`INSERT INTO payment_policies (org_id) VALUES (${payerOrgId}) ON CONFLICT (org_id) DO NOTHING`
+        const rows = lock
+          ? yield* sql<{ paused: boolean; per_payment_cap: string | null; daily_cap: string | null; payee_allowlist: ReadonlyArray<string> | null; updated_at: Date | null }>`
+              SELECT paused, per_payment_cap::text, daily_cap::text, payee_allowlist, updated_at
+              FROM payment_policies WHERE org_id = ${payerOrgId} FOR UPDATE`
+          : [yield* repo.policyRow(payerOrgId)]
+        const day = utcDay(nowMs)
+        const spentToday = yield* repo.spentBy(payerOrgId, day.start, day.end)
+        const reasons = evaluatePolicy(policyOf(rows[0]), {
+          amount,
+          spentToday,
+          payeeOrgId: challenge.org_id,
+          payTo: challenge.pay_to
+        })
+        return reasons.length === 0 ? null : declined(reasons)
+      })
+
+    const httpRail = (payerOrgId: string, challenge: ChallengeRow): Rail => ({
+      rail: "http",
+      payerOrgId,
+      guard: (amount, nowMs) => Effect.orDie(policyVerdict(payerOrgId, challenge, amount, nowMs, false)),
+      guardLocked: (amount, nowMs) => policyVerdict(payerOrgId, challenge, amount, nowMs, true),
+      failedTo: [payerOrgId],
+      settledTo: payerOrgId === challenge.org_id
+        ? [{ orgId: payerOrgId, direction: "out" }]
+        : [{ orgId: payerOrgId, direction: "out" }, { orgId: challenge.org_id, direction: "in" }]
+    })
+
+    const emailRail = (challenge: ChallengeRow): Rail => ({
+      rail: "email",
+      payerOrgId: null,
+      guard: (amount, nowMs) =>
+        Effect.map(caps.check(challenge.org_id, amount, nowMs), (r) => (r.length === 0 ? null : capped(r))),
+      guardLocked: (amount, nowMs) =>
+        Effect.map(caps.checkLocked(challenge.org_id, amount, nowMs), (r) => (r.length === 0 ? null : capped(r))),
+      failedTo: [challenge.org_id],
+      settledTo: [{ orgId: challenge.org_id, direction: "in" }]
+    })
+
+    /** `POST /payments/challenges/{id}/pay`: the synthetic (HTTP) flow, as the caller's organization. */
+    const pay = (payerOrgId: string, challengeId: string, payload: unknown) =>
+      Effect.gen(function*() {
+        const challenge = yield* Effect.flatMap(challengeById(challengeId), Option.match({
+          onNone: () => Effect.fail(new NotFound({ message: `no payment challenge ${challengeId}` })),
+          onSome: Effect.succeed
+        }))
+        return yield* process(challenge, httpRail(payerOrgId, challenge), payload)
+      })
+
+    /**
+     * The email rail's payee side: a reply to the payee's challenge carried a signed payment. The
+     * payee's settle caps guard it (category `cap`); events go to the payee's endpoints. The caller
+     * (mail ingestion) answers the payer with a receipt or a reject naming `failure.reasons`.
+     */
+    const settleIncoming = (payeeOrgId: string, challengeId: string, payload: unknown) =>
+      Effect.gen(function*() {
+        const challenge = yield* challengeById(challengeId)
+        if (Option.isNone(challenge) || challenge.value.org_id !== payeeOrgId) {
+          return { _tag: "Conflict", message: `no payment challenge ${challengeId} of this organization`, paymentId: null } as PayResult
+        }
+        return yield* process(challenge.value, emailRail(challenge.value), payload)
+      })
+
+    const toApi = (p: PaymentRow, callerOrgId: string): Payment => toPayment(p, callerOrgId)
+
+    return { createChallenge, challengeById, paymentById, pay, settleIncoming, toApi } as const
+  })
+}) {}
+
+/** A PostgreSQL array literal of plain words (reasons are snake_case identifiers). */
+const pgArray = (items: ReadonlyArray<string>) => `{${items.map((s) => `"${s.replace(/["\\]/g, "")}"`).join(",")}}`
+
+/** The area's services over AppConfig, the SqlClient and OrgEvents (handlers and, later, mail ingestion share them). */
+export const PaymentsLive = PaymentsService.Default.pipe(
+  Layer.provideMerge(Layer.mergeAll(Facilitator.Default, SettleCaps.Default, PaymentsRepo.Default))
+)

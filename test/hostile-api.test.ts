@@ -20,7 +20,7 @@ const clock = makeManualClock()
 const Env = Provisioning.Default.pipe(
   Layer.provideMerge(testServerOn().pipe(
     Layer.provide(clock.layer),
-    Layer.provideMerge(testDatabase({ DNS_SERVER: "127.0.0.1:9", WEBHOOK_ALLOW_PRIVATE_URLS: "false", LOG_LEVEL: "none" }))
+    Layer.provideMerge(testDatabase({ DNS_SERVER: "127.0.0.1:9", WEBHOOK_ALLOW_PRIVATE_URLS: "false", LOG_LEVEL: process.env.HOSTILE_LOG ?? "none" }))
   ))
 )
 
@@ -206,8 +206,10 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
         for (const op of ops) {
           if (op.body !== undefined) withSchema++
           // A fresh organization per operation: logout or key rotation fuzzed on one cannot starve the rest.
+          if (process.env.HOSTILE_TRACE) console.error(`op ${op.method} ${op.path}: new organization`)
           const org = yield* provisioning.createOrganization({ name: "Fuzz", plan: "pro" })
           const { apiKey } = yield* provisioning.issueApiKey(org.id)
+          if (process.env.HOSTILE_TRACE) console.error(`op ${op.method} ${op.path}: organization ready`)
           const valid = op.body ?? fc.constant({})
           const bodyArb = fc.oneof(
             { weight: 2, arbitrary: valid.map((v) => ({ json: v })) },
@@ -220,6 +222,9 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
             if (requests % 60 === 0) clock.advance(3_700_000)
             requests++
             const path = pathFor(op.path, id)
+            if (process.env.HOSTILE_TRACE) {
+              console.error(`→ ${op.method} ${path.slice(0, 100)} ${("raw" in body ? body.raw : JSON.stringify(body.json) ?? "").slice(0, 120)}`)
+            }
             const send = call(op.method, path, {
               ...("raw" in body ? { raw: body.raw } : { body: body.json }),
               ...(withToken ? { token: apiKey } : {}),
@@ -338,6 +343,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
             requests++
             const search = Object.entries(query).map(([k, v]) => `${encodeSegment(k)}=${encodeSegment(v)}`).join("&")
             const path = `${pathFor(op.path, id)}${search === "" ? "" : `?${search}`}`
+            if (process.env.HOSTILE_TRACE) console.error(`→ ${op.method} ${path.slice(0, 100)}`)
             const reply = yield* call(op.method, path, {
               token: apiKey,
               ...(op.method === "POST" || op.method === "PATCH" || op.method === "PUT" ? { body: {} } : {})

@@ -59,7 +59,9 @@ export type Policy = typeof Policy.Type
 const AllowlistEntry = Schema.String.pipe(
   Schema.filter((s) =>
     /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s) || /^0x[0-9a-fA-F]{40}$/.test(s) ||
-    "must be an organization id (UUID) or an EVM address"
+    "must be an organization id (UUID) or an EVM address",
+    // Generated values (property tests) are drawn from the two forms: filtering random strings never ends.
+    { arbitrary: () => (fc) => fc.oneof(fc.uuid(), fc.stringMatching(/^0x[0-9a-fA-F]{40}$/)) }
   )
 )
 

@@ -34,6 +34,9 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
   const runtime = yield* Effect.runtime<never>()
   const run = Runtime.runPromise(runtime)
   const accepted = new Map<string, Array<Recipient>>()
+  // Distinct addresses accepted per session: the recipient limit counts these, not stored copies
+  // (several `+tag` forms of one mailbox share a copy but are still distinct recipients).
+  const given = new Map<string, Set<string>>()
   const dnsServer = Option.getOrNull(config.dnsServer)
   const spoolDir = spoolDirectory(config.dataDir)
   yield* Effect.sync(() => prepareSpool(spoolDir))
@@ -58,8 +61,9 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
     const list = accepted.get(session.id) ?? []
     // The same mailbox again (exactly or in another case): accepted, stored and delivered once.
     const normalized = normalizeAddress(address.address)
-    if (list.some((r) => r.address === normalized)) return callback()
-    if (list.length >= MAX_RECIPIENTS) {
+    const addresses = given.get(session.id) ?? new Set<string>()
+    if (addresses.has(normalized) || list.some((r) => r.address === normalized)) return callback()
+    if (addresses.size >= MAX_RECIPIENTS) {
       return callback(smtpError(452, `4.5.3 Too many recipients (at most ${MAX_RECIPIENTS} per message)`))
     }
     const check = Effect.gen(function*() {
@@ -91,6 +95,8 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
         const key = copyKey(outcome.recipient)
         if (!list.some((r) => copyKey(r) === key)) list.push(outcome.recipient)
         accepted.set(session.id, list)
+        addresses.add(normalized)
+        given.set(session.id, addresses)
         callback()
       },
       () => callback(smtpError(451, "4.3.0 Temporary lookup failure, try again later"))
@@ -131,6 +137,7 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
       (received) => {
         const rcpts = accepted.get(session.id) ?? []
         accepted.delete(session.id)
+        given.delete(session.id)
         if (received._tag === "TooLarge" || stream.sizeExceeded) {
           return callback(smtpError(552, `5.3.4 Message exceeds the maximum size of ${MAX_MESSAGE_BYTES} bytes`))
         }
@@ -178,10 +185,12 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
     onMailFrom: (_address, session, callback) => {
       // A new transaction on the same connection (after RSET or a previous message).
       accepted.delete(session.id)
+      given.delete(session.id)
       callback()
     },
     onClose: (session) => {
       accepted.delete(session.id)
+      given.delete(session.id)
     }
   })
   server.on("error", (e) => Runtime.runFork(runtime)(Effect.logWarning("smtp server error", e)))

@@ -45,6 +45,7 @@ import { WakeSchedulerLive, type WakeSchedulerOptions } from "./wake/Scheduler.j
 import { WakeFiring } from "./wake/Firing.js"
 import { WakesRepo } from "./wake/Repo.js"
 import { PaymentsHttpLive } from "./payments/Http.js"
+import { DemoHttpLive } from "./demo/Http.js"
 import { PaymentsLive } from "./payments/Service.js"
 import { Mailer } from "./mail/Mailer.js"
 import { Dns } from "./net/Dns.js"
@@ -124,7 +125,8 @@ const AreaHandlers = [
   TemplatesHttpLive,
   RegistriesHttpLive,
   WakesHttpLive,
-  PaymentsHttpLive
+  PaymentsHttpLive,
+  DemoHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(

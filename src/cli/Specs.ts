@@ -857,3 +857,42 @@ export const wakeAllowlistSet = leaf({
   args: { fn: functionRef },
   examples: ["mailroom wake allowlist set triage --sender ops@acme.com --sender @acme.com"]
 })
+
+// --- demo --------------------------------------------------------------------------------------
+
+export const demoAccount = leaf({
+  name: "account",
+  summary: "The demo agent's account (no login needed)",
+  flags: {},
+  args: {},
+  examples: ["mailroom demo account"]
+})
+
+export const demoEmails = leaf({
+  name: "emails",
+  summary: "The demo mailbox, newest first, with the filters of `emails list` (no login needed)",
+  flags: {
+    ...paging,
+    ...dateRange,
+    sender: text("sender", "ADDRESS", "only mail from this address"),
+    status: choice("status", ["accepted", "rejected"], "only accepted or rejected mail")
+  },
+  args: {},
+  examples: ["mailroom demo emails", "mailroom demo emails --sender maria@northwind.example --json"]
+})
+
+export const demoEmail = leaf({
+  name: "email",
+  summary: "One demo email with its text (no login needed)",
+  flags: {},
+  args: { id: idArg("email", "mailroom demo emails") },
+  examples: ["mailroom demo email <id>"]
+})
+
+export const demoDeliveries = leaf({
+  name: "deliveries",
+  summary: "The demo's webhook deliveries (no login needed)",
+  flags: { ...paging, status: choice("status", ["pending", "delivered", "header_confirmed", "failed"], "only deliveries in this state") },
+  args: {},
+  examples: ["mailroom demo deliveries --status pending"]
+})

@@ -45,6 +45,7 @@ const mail = () => import("./commands/mail.js")
 const functions = () => import("./commands/functions.js")
 const wake = () => import("./commands/wake.js")
 const registries = () => import("./commands/registries.js")
+const demo = () => import("./commands/demo.js")
 const payments = () => import("./commands/payments.js")
 
 export { globalFlags }
@@ -145,6 +146,15 @@ export const root: Group = group(
       cmd(S.templatesList, () => functions().then((m) => m.templatesList)),
       cmd(S.templatesShow, () => functions().then((m) => m.templatesShow)),
       cmd(S.templatesInstall, () => functions().then((m) => m.templatesInstall))
+    ]),
+    group("demo", "The public sandbox: synthetic data in the real shapes, no login needed", [
+      "mailroom demo emails",
+      "mailroom demo email <id> --json"
+    ], [
+      cmd(S.demoAccount, () => demo().then((m) => m.demoAccount)),
+      cmd(S.demoEmails, () => demo().then((m) => m.demoEmails)),
+      cmd(S.demoEmail, () => demo().then((m) => m.demoEmail)),
+      cmd(S.demoDeliveries, () => demo().then((m) => m.demoDeliveries))
     ]),
     group("registries", "Directories of agents addressed by handle", [
       "mailroom registries create acme-agents",

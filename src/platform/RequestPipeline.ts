@@ -25,6 +25,14 @@ import { randomToken } from "./Secrets.js"
 export const API_RATE_LIMIT = { limit: 120, windowSeconds: 60 } as const
 
 /**
+ * The public demo sandbox has a window of its own per client address: trying the demo never uses
+ * up an organization's window (a credential sent along is ignored there), and it is never idempotent
+ * storage either, since none of its operations changes anything.
+ */
+export const DEMO_RATE_LIMIT = { limit: 60, windowSeconds: 60 } as const
+export const isDemo = (path: string) => path.startsWith("/v1/demo/")
+
+/**
  * Exempt from every limiter. Of the `/device` page only its static assets are: a look-up
  * of a user code is counted here and by the page's own per-address and per-code limits.
  */
@@ -136,6 +144,13 @@ export const requestPipeline = (
     > = Effect.gen(function*() {
       if (isExempt(method, path)) return yield* app
 
+      if (isDemo(path)) {
+        const demo = yield* (yield* Admission).admit(Option.none(), "demo:", `demo:ip:${client}`, DEMO_RATE_LIMIT)
+        if (!demo.decision.allowed) return limited(demo.decision)
+        yield* withLimitHeaders(demo.decision)
+        return yield* app
+      }
+
       // Resolve the credential once (it decides the limiter key and the idempotency scope) and
       // count the request, in one statement.
       const token = bearerToken(request.headers["authorization"])
@@ -145,18 +160,7 @@ export const requestPipeline = (
       const principal: Option.Option<Principal> = Option.flatten(admitted.principal)
       const scope = Option.match(principal, { onNone: () => `ip:${client}`, onSome: (p) => `org:${p.orgId}` })
       const decision = admitted.decision
-      if (!decision.allowed) {
-        return json(
-          envelopeOf(
-            new RateLimited({
-              message: `rate limit of ${decision.limit} requests per ${decision.windowSeconds} s exceeded; retry in ${decision.retryAfter} s`,
-              details: { retry_after: decision.retryAfter }
-            })
-          ),
-          429,
-          rateLimitHeaders(decision, true)
-        )
-      }
+      if (!decision.allowed) return limited(decision)
       yield* withLimitHeaders(decision)
 
       if (method !== "POST" || !path.startsWith("/v1/")) return yield* app
@@ -203,6 +207,18 @@ export const requestPipeline = (
     return declared > bodyLimitOf(path) ? HttpServerResponse.setHeader(final, "connection", "close") : final
   })
 }
+
+const limited = (decision: Decision) =>
+  json(
+    envelopeOf(
+      new RateLimited({
+        message: `rate limit of ${decision.limit} requests per ${decision.windowSeconds} s exceeded; retry in ${decision.retryAfter} s`,
+        details: { retry_after: decision.retryAfter }
+      })
+    ),
+    429,
+    rateLimitHeaders(decision, true)
+  )
 
 /** Applies (and consumes) the pre-response hooks registered so far: the response as it will be sent. */
 const finalize = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>

@@ -31,6 +31,10 @@ export const Discovery = Schema.Struct({
     credential_prefixes: Schema.Struct({ api_key: Schema.String, access_token: Schema.String }),
     how_to_get_a_credential: Schema.Array(Schema.String)
   }),
+  demo: Schema.Struct({
+    base_url: Schema.String.annotations({ description: "the sandbox's operations live under it, e.g. GET <base_url>/emails" }),
+    description: Schema.String
+  }).annotations({ description: "A public sandbox to try the API before having a credential" }),
   public_operations: Schema.Array(PublicOperation).annotations({
     description: "Every operation callable without a token"
   })

@@ -60,6 +60,12 @@ export const ServiceHttpLive = HttpApiBuilder.group(MailroomApi, "service", (han
               `Read ${base}/auth.md for the whole flow`
             ]
           },
+          demo: {
+            base_url: `${base}/v1/demo`,
+            description: "No credential needed: GET /demo/account, /demo/emails, /demo/emails/{id}, /demo/webhooks/deliveries " +
+              "(and the threads, search and send-mail sandboxes) answer synthetic, deterministic data with the same " +
+              "response schemas as the real operations; limited per client address on a window of its own."
+          },
           public_operations: operations
         }))
   }))

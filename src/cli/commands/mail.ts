@@ -28,7 +28,7 @@ const writeBytes = (bytes: Uint8Array, file: Option.Option<string>, json: boolea
 
 // --- emails ------------------------------------------------------------------------------------
 
-const emailColumns = [
+export const emailColumns = [
   col<EmailSummary>("id", (e) => e.id),
   col<EmailSummary>("received", (e) => e.received_at),
   col<EmailSummary>("from", (e) => e.from),
@@ -83,7 +83,7 @@ export const emailsAttachments: Handler<typeof S.emailsAttachments> = (o) =>
 
 // --- deliveries --------------------------------------------------------------------------------
 
-const deliveryColumns = [
+export const deliveryColumns = [
   col<WebhookDelivery>("id", (d) => d.id),
   col<WebhookDelivery>("created", (d) => d.created_at),
   col<WebhookDelivery>("status", (d) => d.status),

@@ -1,0 +1,43 @@
+/**
+ * Contract of the demo sandbox: public operations without a credential that answer synthetic data
+ * with the very response schemas of the authenticated operations they mirror (the same OpenAPI
+ * components), so a client written against the demo works unchanged against a real account.
+ */
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { Account } from "../account/Api.js"
+import { IdPath, Ok, OkList } from "../contract/Envelope.js"
+import { Wire } from "../contract/Errors.js"
+import { DeliveryListParams, WebhookDelivery } from "../deliveries/Api.js"
+import { Email, EmailListParams, EmailSummary } from "../emails/Api.js"
+
+export class DemoApi extends HttpApiGroup.make("demo")
+  .add(
+    HttpApiEndpoint.get("account", "/demo/account")
+      .addSuccess(Ok(Account, "Account"))
+      .annotate(OpenApi.Summary, "The demo agent's account, as GET /account answers it (no credential)")
+  )
+  .add(
+    HttpApiEndpoint.get("emails", "/demo/emails")
+      .setUrlParams(EmailListParams)
+      .addSuccess(OkList(EmailSummary, "EmailSummary"))
+      .annotate(OpenApi.Summary, "The demo mailbox, as GET /emails answers it: newest first, same filters and cursor")
+  )
+  .add(
+    HttpApiEndpoint.get("email", "/demo/emails/:id")
+      .setPath(IdPath)
+      .addSuccess(Ok(Email, "Email"))
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "One demo email with its content, as GET /emails/{id} answers it")
+  )
+  .add(
+    HttpApiEndpoint.get("deliveries", "/demo/webhooks/deliveries")
+      .setUrlParams(DeliveryListParams)
+      .addSuccess(OkList(WebhookDelivery, "WebhookDelivery"))
+      .annotate(OpenApi.Summary, "The demo's webhook deliveries, as GET /webhooks/deliveries answers them")
+  )
+  .annotate(
+    OpenApi.Description,
+    "Public sandbox: try the API without a credential. Synthetic, deterministic data (the same request " +
+      "answers the same), never an organization's; limited per client address in a window of its own."
+  )
+{}

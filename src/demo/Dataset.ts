@@ -1,0 +1,243 @@
+/**
+ * The demo sandbox's synthetic mailbox: one agent account, a few conversations and the webhook
+ * deliveries they caused. Everything is derived from fixed text and a fixed seed, so the same request
+ * answers the same bytes on every instance and every day; none of it is ever stored, and its
+ * addresses live under reserved `.example` domains so nothing here can name a real organization.
+ */
+import { createHash } from "node:crypto"
+import type { Account } from "../account/Api.js"
+import { entitlementsOf, LIMITS } from "../contract/Plans.js"
+import type { Email, EmailSummary } from "../emails/Api.js"
+import type { WebhookDelivery } from "../deliveries/Api.js"
+
+export const DEMO_SEED = "mailroom-demo-v1"
+export const DEMO_INBOX = "agent@demo.example"
+export const DEMO_ENDPOINT_URL = "https://agent.demo.example/webhooks/mailroom"
+
+/** A stable UUID (version 4 layout) for the n-th thing of a kind: the same on every call. */
+export const demoId = (kind: string, n: number): string => {
+  const h = createHash("sha256").update(`${DEMO_SEED}:${kind}:${n}`).digest("hex")
+  const variant = ((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16)
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-${variant}${h.slice(17, 20)}-${h.slice(20, 32)}`
+}
+
+const at = (iso: string) => new Date(iso)
+
+export const demoAccount: Account = {
+  id: demoId("account", 0),
+  email: "owner@demo.example",
+  plan: "developer",
+  limits: LIMITS.developer,
+  entitlements: [...entitlementsOf("developer")],
+  managed_inbox_address: DEMO_INBOX,
+  created_at: at("2026-01-05T08:00:00.000Z"),
+  onboarding_completed: true,
+  onboarding_step: null,
+  billing_subscription_status: null,
+  subscription_current_period_end: null,
+  subscription_cancel_at_period_end: null,
+  spam_threshold: 5,
+  discard_content_on_webhook_confirmed: false,
+  webhook_secret_rotated_at: null
+}
+
+/** One received message of the story, as written; the rest of its representation is derived. */
+interface Letter {
+  readonly from: string
+  readonly fromName: string
+  readonly subject: string
+  readonly text: string
+  readonly date: string
+  /** Index of the letter it answers, if any. */
+  readonly replyTo?: number
+  readonly cc?: ReadonlyArray<string>
+  readonly spam?: number
+  readonly rejected?: boolean
+}
+
+const LETTERS: ReadonlyArray<Letter> = [
+  {
+    from: "maria@northwind.example",
+    fromName: "Maria Chen",
+    subject: "Invoice INV-2041 for January",
+    text: "Hello,\n\nPlease find the January invoice INV-2041 for 1,240.00 EUR. Payment is due within 30 days.\n\nBest,\nMaria",
+    date: "2026-01-05T09:12:00.000Z",
+    spam: 0.4
+  },
+  {
+    from: "maria@northwind.example",
+    fromName: "Maria Chen",
+    subject: "Re: Invoice INV-2041 for January",
+    text: "Thanks for confirming. The purchase order number is PO-7781; we will add it to the invoice.\n\nMaria",
+    date: "2026-01-05T11:40:00.000Z",
+    replyTo: 0,
+    spam: 0.2
+  },
+  {
+    from: "sam@contoso.example",
+    fromName: "Sam Okafor",
+    subject: "Can we move Thursday's call?",
+    text: "Hi! Something came up on Thursday. Could we meet on Friday at 15:00 UTC instead? The agenda stays the same.\n\nSam",
+    date: "2026-01-06T14:03:00.000Z",
+    cc: ["lee@contoso.example"],
+    spam: 0.1
+  },
+  {
+    from: "lee@contoso.example",
+    fromName: "Lee Park",
+    subject: "Re: Can we move Thursday's call?",
+    text: "Friday works for me too. I will send the updated slides beforehand.\n\nLee",
+    date: "2026-01-06T15:27:00.000Z",
+    replyTo: 2,
+    spam: 0.1
+  },
+  {
+    from: "alerts@status.example",
+    fromName: "Status Alerts",
+    subject: "Resolved: elevated API latency in eu-west",
+    text: "The incident that raised API latency in eu-west between 02:10 and 02:45 UTC is resolved. No data was lost.",
+    date: "2026-01-07T03:01:00.000Z",
+    spam: 1.2
+  },
+  {
+    from: "winner@prizes.example",
+    fromName: "Prize Department",
+    subject: "You have won a lottery!!!",
+    text: "Congratulations, claim your prize now by sending your bank details.",
+    date: "2026-01-07T06:30:00.000Z",
+    spam: 9.8,
+    rejected: true
+  },
+  {
+    from: "jobs@careers.example",
+    fromName: "Careers Team",
+    subject: "Your application for Support Engineer",
+    text: "Thank you for applying. We would like to schedule a first interview next week; please reply with two time slots.",
+    date: "2026-01-08T10:15:00.000Z",
+    spam: 0.3
+  },
+  {
+    from: "maria@northwind.example",
+    fromName: "Maria Chen",
+    subject: "Re: Invoice INV-2041 for January",
+    text: "Payment received, thank you! A receipt is attached to our portal.\n\nMaria",
+    date: "2026-01-09T08:05:00.000Z",
+    replyTo: 1,
+    spam: 0.2
+  }
+]
+
+const messageIdOf = (i: number) => `<demo-${i}.${DEMO_SEED}@${LETTERS[i]!.from.split("@")[1]}>`
+
+const referencesOf = (i: number): ReadonlyArray<string> => {
+  const parent = LETTERS[i]!.replyTo
+  return parent === undefined ? [] : [...referencesOf(parent), messageIdOf(parent)]
+}
+
+/** The thread a letter belongs to: the first letter of its chain. */
+export const rootOf = (i: number): number => {
+  const parent = LETTERS[i]!.replyTo
+  return parent === undefined ? i : rootOf(parent)
+}
+
+export interface DemoEmail {
+  readonly index: number
+  readonly summary: EmailSummary
+  readonly detail: (baseUrl: string) => Email
+  readonly text: string
+}
+
+const emailOf = (letter: Letter, i: number): DemoEmail => {
+  const id = demoId("email", i)
+  const received = at(letter.date)
+  const rejected = letter.rejected === true
+  const summary: EmailSummary = {
+    id,
+    message_id: messageIdOf(i),
+    event_type: "email.received",
+    status: rejected ? "rejected" : "accepted",
+    rejection_reason: rejected ? `spam score ${letter.spam} above the threshold 5` : null,
+    from: letter.from,
+    from_name: letter.fromName,
+    envelope_from: letter.from,
+    to: [DEMO_INBOX],
+    cc: [...(letter.cc ?? [])],
+    recipient: DEMO_INBOX,
+    domain_id: null,
+    subject: letter.subject,
+    date: received,
+    size_bytes: 620 + letter.text.length + letter.subject.length,
+    spam_score: letter.spam ?? null,
+    auth: rejected ? { spf: "fail", dkim: "none", dmarc: "fail" } : { spf: "pass", dkim: "pass", dmarc: "pass" },
+    attachment_count: 0,
+    content_discarded: false,
+    received_at: received
+  }
+  const references = referencesOf(i)
+  const headers: Record<string, string> = {
+    from: `${letter.fromName} <${letter.from}>`,
+    to: DEMO_INBOX,
+    subject: letter.subject,
+    date: received.toUTCString(),
+    "message-id": messageIdOf(i),
+    "content-type": "text/plain; charset=utf-8"
+  }
+  if (letter.cc !== undefined) headers["cc"] = letter.cc.join(", ")
+  if (references.length > 0) {
+    headers["in-reply-to"] = references[references.length - 1]!
+    headers["references"] = references.join(" ")
+  }
+  return {
+    index: i,
+    summary,
+    text: letter.text,
+    detail: (baseUrl) => ({
+      ...summary,
+      in_reply_to: references.length > 0 ? references[references.length - 1]! : null,
+      references: [...references],
+      headers,
+      text: letter.text,
+      html: null,
+      attachments: [],
+      raw_url: `${baseUrl}/v1/demo/emails/${id}`,
+      attachments_url: `${baseUrl}/v1/demo/emails/${id}`
+    })
+  }
+}
+
+/** Newest first, as the emails list answers. */
+export const demoEmails: ReadonlyArray<DemoEmail> = LETTERS.map(emailOf).reverse()
+
+/**
+ * One delivery per accepted message to the demo endpoint; the status alert's first attempt met a
+ * 503 and was retried, the newest is still waiting for its retry, so every status shows up.
+ */
+export const demoDeliveries: ReadonlyArray<WebhookDelivery> = demoEmails
+  .filter((e) => e.summary.status === "accepted")
+  .map((e) => {
+    const i = e.index
+    const created = e.summary.received_at
+    const later = (ms: number) => new Date(created.getTime() + ms)
+    const retried = LETTERS[i]!.from.startsWith("alerts@")
+    const pending = i === LETTERS.length - 1
+    return {
+      id: demoId("delivery", i),
+      email_id: e.summary.id,
+      endpoint_id: demoId("endpoint", 0),
+      endpoint_url: DEMO_ENDPOINT_URL,
+      status: pending ? "pending" : "delivered",
+      attempt_count: retried ? 2 : 1,
+      duration_ms: 80 + ((i * 37) % 200),
+      last_error: pending ? "HTTP 503 from the endpoint" : "",
+      last_error_code: pending ? "http_503" : "",
+      created_at: created,
+      updated_at: later(retried ? 61_000 : 900),
+      email: { sender: e.summary.from ?? "", recipient: DEMO_INBOX, subject: e.summary.subject ?? "" },
+      event_id: `evt_${demoId("event", i).replace(/-/g, "").slice(0, 24)}`,
+      event_type: "email.received",
+      next_attempt_at: pending ? later(60_000) : null,
+      replay_of: null
+    } satisfies WebhookDelivery
+  })
+
+export const demoEmailById = (id: string) => demoEmails.find((e) => e.summary.id === id)

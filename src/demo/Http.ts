@@ -1,0 +1,64 @@
+/** Handlers of the demo sandbox: the synthetic dataset, filtered and paged like the real lists. */
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect } from "effect"
+import { MailroomApi } from "../Api.js"
+import { NotFound } from "../contract/Errors.js"
+import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf, type Position } from "../contract/Paging.js"
+import { AppConfig } from "../platform/Config.js"
+import { demoAccount, demoDeliveries, demoEmailById, demoEmails } from "./Dataset.js"
+
+/** Newest first by (time, id), after the cursor's position: the order of the real keyset lists. */
+const page = <R extends { readonly created_at: Date; readonly id: string }, A>(
+  rows: ReadonlyArray<R>,
+  after: Position | undefined,
+  limit: number,
+  toItem: (r: R) => A
+) => {
+  const sorted = [...rows].sort((a, b) => b.created_at.getTime() - a.created_at.getTime() || (a.id < b.id ? 1 : -1))
+  const rest = after === undefined
+    ? sorted
+    : sorted.filter((r) =>
+      r.created_at.getTime() < after.createdAt.getTime() || (r.created_at.getTime() === after.createdAt.getTime() && r.id < after.id)
+    )
+  return pageOf(rest.slice(0, limit + 1), limit, rows.length, toItem)
+}
+
+const within = (t: Date, from: Date | undefined, to: Date | undefined) =>
+  (from === undefined || t >= from) && (to === undefined || t <= to)
+
+export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers) =>
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    return handlers
+      .handle("account", () => Effect.succeed(demoAccount))
+      .handle("emails", ({ urlParams: q }) =>
+        Effect.gen(function*() {
+          const after = yield* decodeCursor(q.cursor)
+          const sender = q.sender?.toLowerCase()
+          const recipient = q.recipient?.toLowerCase()
+          const rows = demoEmails.map((e) => e.summary).filter((e) =>
+            (recipient === undefined || e.recipient === recipient) &&
+            (sender === undefined || e.from === sender || e.envelope_from === sender) &&
+            (q.event_type === undefined || e.event_type === q.event_type) &&
+            (q.status === undefined || e.status === q.status) &&
+            within(e.received_at, q.date_from, q.date_to)
+          ).map((e) => ({ ...e, created_at: e.received_at }))
+          return page(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, ({ created_at: _, ...e }) => e)
+        }))
+      .handle("email", ({ path }) => {
+        const found = demoEmailById(path.id)
+        return found === undefined
+          ? Effect.fail(new NotFound({ message: "email not found in the demo mailbox (GET /v1/demo/emails lists it)" }))
+          : Effect.succeed(found.detail(config.publicBaseUrl))
+      })
+      .handle("deliveries", ({ urlParams: q }) =>
+        Effect.gen(function*() {
+          const after = yield* decodeCursor(q.cursor)
+          const rows = demoDeliveries.filter((d) =>
+            (q.email_id === undefined || d.email_id === q.email_id) &&
+            (q.status === undefined || d.status === q.status) &&
+            within(d.created_at, q.date_from, q.date_to)
+          )
+          return page(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, (d) => d)
+        }))
+  }))

@@ -34,6 +34,7 @@ import { DevicePageLive } from "./identity/DevicePage.js"
 import { DeviceWeb } from "./identity/DeviceWeb.js"
 import { IdentityMaintenanceLive } from "./identity/Maintenance.js"
 import { InboundStore } from "./inbound/Store.js"
+import { Threading } from "./threads/Threading.js"
 import { Recipients } from "./inbound/Recipients.js"
 import { SmtpServerLive } from "./inbound/SmtpServer.js"
 import { InboxHttpLive } from "./inbox/Http.js"
@@ -79,6 +80,9 @@ export const PlatformServicesLive = Layer.mergeAll(
   DownloadTokens.Default,
   InboundStore.Default,
   Mailer.Default
+).pipe(
+  // One threading service (its lookup batches and recent assignments) for every way mail is stored.
+  Layer.provideMerge(Threading.Default)
 )
 
 /** Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers. */

@@ -35,6 +35,7 @@ import { DeviceWeb } from "./identity/DeviceWeb.js"
 import { IdentityMaintenanceLive } from "./identity/Maintenance.js"
 import { InboundStore } from "./inbound/Store.js"
 import { Threading } from "./threads/Threading.js"
+import { ThreadsHttpLive } from "./threads/Http.js"
 import { Recipients } from "./inbound/Recipients.js"
 import { SmtpServerLive } from "./inbound/SmtpServer.js"
 import { InboxHttpLive } from "./inbox/Http.js"
@@ -128,7 +129,8 @@ const AreaHandlers = [
   TemplatesHttpLive,
   RegistriesHttpLive,
   WakesHttpLive,
-  PaymentsHttpLive
+  PaymentsHttpLive,
+  ThreadsHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(

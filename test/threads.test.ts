@@ -138,6 +138,74 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("threads", (it) => {
       }))
   })
 
+  describe("threads API", () => {
+    it.effect("lists threads by last activity with counts, participants, subject and snippet; pages; filters; gets one", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const other = yield* newOrg("Other")
+        const p1 = mid("p1")
+        const p2 = mid("p2")
+        yield* send({ from: "Alice <alice@example.com>", to: org.address, cc: "Dan@Example.com", subject: "Quarterly plan", text: "Let us plan the quarter.", messageId: p1 })
+        yield* send({ from: "erin@example.com", to: org.address, subject: "Lunch?", text: "Lunch at noon?", messageId: p2 })
+        yield* send({ from: "bob@example.com", to: org.address, subject: "RE: Fwd: Quarterly plan", text: "  Sounds   good,\n\n count me in. " + "x".repeat(400), messageId: mid("r1"), inReplyTo: p1 })
+        yield* send({ from: "zed@example.com", to: other.address, subject: "Not yours", text: "other org", messageId: mid("o") })
+
+        const list = yield* call("GET", "/v1/threads", { token: org.apiKey })
+        expect(list.status).toBe(200)
+        expect(list.body.meta).toEqual({ total: 2, limit: 50, cursor: null })
+        const [first, second] = list.body.data
+        expect(second.subject).toBe("Lunch?")
+        expect(first).toMatchObject({
+          subject: "Quarterly plan",
+          message_count: 2,
+          received_count: 2,
+          sent_count: 0,
+          participants: ["alice@example.com", "bob@example.com", "dan@example.com", org.address].sort()
+        })
+        expect(first.snippet.startsWith("Sounds good, count me in. xxx")).toBe(true)
+        expect(first.snippet.length).toBe(200)
+        expect(Date.parse(first.last_message_at)).toBeGreaterThanOrEqual(Date.parse(second.last_message_at))
+        expect(Date.parse(first.first_message_at)).toBeLessThan(Date.parse(first.last_message_at))
+
+        // Pages of one, by cursor.
+        const page1 = yield* call("GET", "/v1/threads?limit=1", { token: org.apiKey })
+        expect(page1.body.data.map((t: { id: string }) => t.id)).toEqual([first.id])
+        expect(page1.body.meta.total).toBe(2)
+        const page2 = yield* call("GET", `/v1/threads?limit=1&cursor=${page1.body.meta.cursor}`, { token: org.apiKey })
+        expect(page2.body.data.map((t: { id: string }) => t.id)).toEqual([second.id])
+        expect(page2.body.meta.cursor).toBeNull()
+        expect((yield* call("GET", "/v1/threads?cursor=nope", { token: org.apiKey })).body.error.code).toBe("validation_error")
+        expect((yield* call("GET", "/v1/threads?limit=0", { token: org.apiKey })).status).toBe(400)
+
+        // Filters: a participant (To, Cc or From, any case), and last activity.
+        const dan = yield* call("GET", "/v1/threads?participant=DAN@example.com", { token: org.apiKey })
+        expect(dan.body.data.map((t: { id: string }) => t.id)).toEqual([first.id])
+        const erin = yield* call("GET", "/v1/threads?participant=erin@example.com", { token: org.apiKey })
+        expect(erin.body.data.map((t: { id: string }) => t.id)).toEqual([second.id])
+        const future = yield* call("GET", `/v1/threads?date_from=${new Date(Date.now() + 60_000).toISOString()}`, { token: org.apiKey })
+        expect(future.body.meta.total).toBe(0)
+        expect(future.body.data).toEqual([])
+        const past = yield* call("GET", `/v1/threads?date_to=${second.last_message_at}`, { token: org.apiKey })
+        expect(past.body.data.map((t: { id: string }) => t.id)).toEqual([second.id])
+
+        const one = yield* call("GET", `/v1/threads/${first.id}`, { token: org.apiKey })
+        expect(one.status).toBe(200)
+        expect(one.body.data.messages.map((m: { from: string; direction: string }) => [m.from, m.direction])).toEqual([
+          ["alice@example.com", "received"],
+          ["bob@example.com", "received"]
+        ])
+        expect(one.body.data.messages[0]).toMatchObject({ message_id: p1, subject: "Quarterly plan", cc: ["dan@example.com"], snippet: "Let us plan the quarter." })
+        expect(one.body.data.message_count).toBe(2)
+
+        // Another organization's thread is not found; neither is an unknown id.
+        const theirs = (yield* call("GET", "/v1/threads", { token: other.apiKey })).body.data[0].id
+        expect((yield* call("GET", `/v1/threads/${theirs}`, { token: org.apiKey })).status).toBe(404)
+        expect((yield* call("GET", "/v1/threads/00000000-0000-4000-8000-000000000000", { token: org.apiKey })).body.error.code).toBe("not_found")
+        expect((yield* call("GET", "/v1/threads/not-a-uuid", { token: org.apiKey })).status).toBe(400)
+        expect((yield* call("GET", "/v1/threads")).status).toBe(401)
+      }))
+  })
+
   describe("the migration threading stored mail", () => {
     it.scoped("links mail stored before threads existed, across orders and merges, per organization", () =>
       Effect.gen(function*() {

@@ -34,6 +34,8 @@ import { DevicePageLive } from "./identity/DevicePage.js"
 import { DeviceWeb } from "./identity/DeviceWeb.js"
 import { IdentityMaintenanceLive } from "./identity/Maintenance.js"
 import { InboundStore } from "./inbound/Store.js"
+import { Threading } from "./threads/Threading.js"
+import { ThreadsHttpLive } from "./threads/Http.js"
 import { Recipients } from "./inbound/Recipients.js"
 import { SmtpServerLive } from "./inbound/SmtpServer.js"
 import { InboxHttpLive } from "./inbox/Http.js"
@@ -80,6 +82,9 @@ export const PlatformServicesLive = Layer.mergeAll(
   DownloadTokens.Default,
   InboundStore.Default,
   Mailer.Default
+).pipe(
+  // One threading service (its lookup batches and recent assignments) for every way mail is stored.
+  Layer.provideMerge(Threading.Default)
 )
 
 /** Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers. */
@@ -126,7 +131,8 @@ const AreaHandlers = [
   RegistriesHttpLive,
   WakesHttpLive,
   PaymentsHttpLive,
-  DemoHttpLive
+  DemoHttpLive,
+  ThreadsHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(

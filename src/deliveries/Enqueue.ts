@@ -105,6 +105,7 @@ export const OnEmailStoredLive = Layer.effect(
           ...(wake !== undefined ? { wake } : {}),
           email: {
             id: email.id,
+            thread_id: email.threadId,
             message_id: p.messageId,
             from: p.from ? (p.from.name ? `${p.from.name} <${p.from.address}>` : p.from.address) : (message.envelopeFrom ?? ""),
             ...senderField(senders),

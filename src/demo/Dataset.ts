@@ -153,6 +153,7 @@ const emailOf = (letter: Letter, i: number): DemoEmail => {
   const rejected = letter.rejected === true
   const summary: EmailSummary = {
     id,
+    thread_id: demoId("thread", rootOf(i)),
     message_id: messageIdOf(i),
     event_type: "email.received",
     status: rejected ? "rejected" : "accepted",

@@ -20,6 +20,7 @@ export const EmailAttachment = Schema.Struct({
 
 const summaryFields = {
   id: Uuid,
+  thread_id: Uuid.annotations({ description: "the conversation this email belongs to (GET /threads/{id})" }),
   message_id: Schema.NullOr(Schema.String),
   event_type: EventTypeName,
   status: Schema.Literal("accepted", "rejected").annotations({

@@ -25,6 +25,7 @@ import { EmailsRepo, type SummaryRow } from "./Repo.js"
 
 export const toSummary = (row: SummaryRow): EmailSummary => ({
   id: row.id,
+  thread_id: row.thread_id,
   message_id: row.message_id,
   event_type: row.event_type,
   status: row.status,

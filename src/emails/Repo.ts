@@ -6,6 +6,7 @@ import type { ParsedAttachment } from "../inbound/Parse.js"
 export interface EmailRow {
   id: string
   org_id: string
+  thread_id: string
   domain_id: string | null
   recipient: string
   envelope_from: string | null
@@ -33,7 +34,7 @@ export interface EmailRow {
 /** What a list shows of an email (`toSummary`): no headers, references or bodies. */
 export type SummaryRow = Omit<EmailRow, "headers" | "references" | "in_reply_to" | "org_id">
 
-const SUMMARY_COLUMNS = `id, domain_id, recipient, envelope_from, from_address, from_name, to_addresses, cc_addresses,
+const SUMMARY_COLUMNS = `id, thread_id, domain_id, recipient, envelope_from, from_address, from_name, to_addresses, cc_addresses,
   subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, event_type, status, rejection_reason,
   content_discarded_at, received_at`
 

@@ -20,6 +20,7 @@ import { Cause, Context, Data, Effect, Exit, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { makeBatcher } from "../platform/Batching.js"
 import { sqlState } from "../platform/SqlErrors.js"
+import { Threading } from "../threads/Threading.js"
 import type { AuthResults } from "./Authenticity.js"
 import type { CommandPart } from "../wake/Message.js"
 import type { EventType } from "./Classify.js"
@@ -50,6 +51,8 @@ export const eventOf = (recipient: Recipient, message: InboundMessage): EventTyp
 export interface StoredEmail {
   readonly id: string
   readonly orgId: string
+  /** The conversation it joins (src/threads/Threading.ts). */
+  readonly threadId: string
   readonly recipient: Recipient
   readonly status: "accepted" | "rejected"
 }
@@ -88,6 +91,8 @@ interface Copy {
 interface Transaction {
   readonly message: InboundMessage
   readonly copies: ReadonlyArray<Copy>
+  /** Threads the message links together, merged by the statement that stores it. */
+  readonly merges: ReadonlyArray<Statement.Fragment>
 }
 
 /** SQLSTATE classes of errors caused by a statement's data: data exception, integrity, program limit. */
@@ -117,19 +122,22 @@ export const distinctRecipients = (recipients: ReadonlyArray<Recipient>): Readon
 export class InboundStore extends Effect.Service<InboundStore>()("mailroom/InboundStore", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const threading = yield* Threading
 
     /** One statement storing every copy of the given transactions (and what is attached to them). */
     const write = (transactions: ReadonlyArray<Transaction>) => {
       const emails: Array<Record<string, unknown>> = []
       const contents: Array<Record<string, unknown>> = []
       const attached: Array<Statement.Fragment> = []
-      for (const { copies, message } of transactions) {
+      for (const { copies, merges, message } of transactions) {
+        attached.push(...merges)
         const p = message.parsed
         for (const { attached: extra, email } of copies) {
           const r = email.recipient
           emails.push({
             id: email.id,
             org_id: r.orgId,
+            thread_id: email.threadId,
             domain_id: r.domainId,
             recipient: r.address,
             envelope_from: message.envelopeFrom,
@@ -206,13 +214,29 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
     const store = (message: InboundMessage, recipients: ReadonlyArray<Recipient>) =>
       Effect.gen(function*() {
         const onStored = yield* OnEmailStored
+        const distinct = distinctRecipients(recipients)
+        // One thread per organization the message reaches (its copies there share it).
+        const p = message.parsed
+        const orgs = [...new Set(distinct.map((r) => r.orgId))]
+        const threads = yield* Effect.forEach(orgs, (orgId) =>
+          threading.assign({ orgId, messageId: p.messageId, inReplyTo: p.inReplyTo, references: p.references }), {
+          concurrency: "unbounded"
+        })
+        const threadOf = new Map(orgs.map((o, i) => [o, threads[i]!]))
+        const merges = orgs.flatMap((o) => threading.mergeStatements(o, threadOf.get(o)!))
         const copies: Array<Copy> = []
-        for (const r of distinctRecipients(recipients)) {
+        for (const r of distinct) {
           const rejected = isRejected(message.spam, r.spamThreshold)
-          const email: StoredEmail = { id: randomUUID(), orgId: r.orgId, recipient: r, status: rejected ? "rejected" : "accepted" }
+          const email: StoredEmail = {
+            id: randomUUID(),
+            orgId: r.orgId,
+            threadId: threadOf.get(r.orgId)!.threadId,
+            recipient: r,
+            status: rejected ? "rejected" : "accepted"
+          }
           copies.push({ email, attached: rejected ? Option.none() : yield* onStored(email, message) })
         }
-        yield* commit({ message, copies }).pipe(
+        yield* commit({ message, copies, merges }).pipe(
           Effect.catchIf(isQuotaError, (e) => Effect.fail(new StorageQuotaExceeded({ message: e.message })))
         )
         return copies.map((c) => c.email)

@@ -29,6 +29,8 @@ export interface RegistrySender {
 
 export interface EmailPayload {
   readonly id: string
+  /** The conversation the email belongs to (see Threads). */
+  readonly thread_id: string
   readonly message_id: string | null
   readonly from: string
   /** Present only when the From address is verified as published registry entries: one object, or a list when several. */
@@ -129,6 +131,7 @@ export const syntheticEmailReceived = (input: {
     createdAt: input.now,
     email: {
       id: emailId,
+      thread_id: "00000000-0000-7000-8000-000000000000",
       message_id: `<test-${randomToken(12)}@mailroom.test>`,
       from: "Mailroom Test <test@mailroom.test>",
       to: [input.recipient],

@@ -1,0 +1,96 @@
+/** SQL of Threads: threads are aggregated from the messages that carry their id. */
+import { SqlClient, type Statement } from "@effect/sql"
+import { Effect } from "effect"
+import type { Position } from "../contract/Paging.js"
+
+export interface ThreadRow {
+  readonly id: string
+  readonly message_count: number
+  readonly received_count: number
+  readonly sent_count: number
+  readonly first_message_at: Date
+  readonly last_message_at: Date
+}
+
+export interface MessageRow {
+  readonly thread_id: string
+  readonly direction: "received" | "sent"
+  readonly id: string
+  readonly at: Date
+  readonly from_address: string | null
+  readonly to_addresses: ReadonlyArray<string>
+  readonly cc_addresses: ReadonlyArray<string>
+  readonly subject: string | null
+  readonly message_id: string | null
+  /** The start of the text body (null when there is none, or its content was discarded). */
+  readonly body: string | null
+}
+
+export interface ThreadListQuery {
+  readonly limit: number
+  readonly after: Position | undefined
+  readonly participant?: string | undefined
+  readonly dateFrom?: Date | undefined
+  readonly dateTo?: Date | undefined
+}
+
+/** Characters of a body read for a snippet (whitespace is collapsed before the cut). */
+const BODY_PREFIX = 1000
+
+export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/ThreadsRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    /**
+     * Every message of the organization that threads show: accepted received mail (spam-rejected
+     * mail keeps a thread id so a later reply still links, but is not shown) and sent mail.
+     */
+    const messages = (orgId: string, withBody: boolean): Statement.Fragment => {
+      const body = withBody
+        ? sql`CASE WHEN e.content_discarded_at IS NULL THEN left(c.text_body, ${BODY_PREFIX}) END`
+        : sql`NULL::text`
+      const join = withBody ? sql`LEFT JOIN email_contents c ON c.email_id = e.id` : sql``
+      return sql`
+        SELECT e.thread_id, 'received'::text AS direction, e.id, e.received_at AS at, e.from_address, e.to_addresses,
+               e.cc_addresses, e.subject, e.message_id, ${body} AS body
+          FROM emails e ${join} WHERE e.org_id = ${orgId} AND e.status = 'accepted'`
+    }
+
+    const list = (orgId: string, q: ThreadListQuery) =>
+      Effect.gen(function*() {
+        const having = q.participant === undefined ? sql`` : sql`HAVING bool_or(
+          lower(from_address) = ${q.participant.toLowerCase()}
+          OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(to_addresses || cc_addresses) a WHERE lower(a) = ${q.participant.toLowerCase()}))`
+        const conds = [sql`true`]
+        if (q.dateFrom !== undefined) conds.push(sql`last_message_at >= ${q.dateFrom}`)
+        if (q.dateTo !== undefined) conds.push(sql`last_message_at <= ${q.dateTo}`)
+        const page = q.after === undefined
+          ? conds
+          : [...conds, sql`(last_message_at, id) < (${q.after.createdAt}, ${q.after.id}::uuid)`]
+        const rows = yield* sql<ThreadRow & { readonly page_total: number }>`
+          WITH m AS (${messages(orgId, false)}),
+          t AS (
+            SELECT thread_id AS id, count(*)::int AS message_count,
+                   count(*) FILTER (WHERE direction = 'received')::int AS received_count,
+                   count(*) FILTER (WHERE direction = 'sent')::int AS sent_count,
+                   min(at) AS first_message_at, max(at) AS last_message_at
+              FROM m GROUP BY thread_id ${having}),
+          f AS (SELECT * FROM t WHERE ${sql.and(conds)}),
+          p AS (SELECT * FROM f WHERE ${sql.and(page)} ORDER BY last_message_at DESC, id DESC LIMIT ${q.limit + 1})
+          SELECT n.page_total, p.* FROM (SELECT count(*)::int AS page_total FROM f) n LEFT JOIN p ON true
+          ORDER BY p.last_message_at DESC, p.id DESC`
+        const listed = rows.filter((r) => r.id !== null)
+        return { rows: listed, total: rows[0]?.page_total ?? 0 }
+      }).pipe(Effect.orDie)
+
+    /** The messages of the given threads, oldest first. */
+    const messagesOf = (orgId: string, threadIds: ReadonlyArray<string>) =>
+      threadIds.length === 0
+        ? Effect.succeed<ReadonlyArray<MessageRow>>([])
+        : sql<MessageRow>`
+            SELECT * FROM (${messages(orgId, true)}) m WHERE m.thread_id IN ${sql.in(threadIds)}
+            ORDER BY m.at, m.id`.pipe(Effect.orDie)
+
+    return { list, messagesOf, messages } as const
+  })
+}) {}

@@ -814,6 +814,21 @@ export const wakeAdd = leaf({
   examples: ["mailroom wake add triage --type digest --cron '0 8 * * *'", "mailroom wake add triage --type ping --in 15m"]
 })
 
+export const wakeWatch = leaf({
+  name: "watch",
+  summary: "Wake a function if no mail joins a thread within a time (\"wake me if no reply\")",
+  description: "The watch ends by itself (canceled, reason replied) when received mail joins the thread in time; " +
+    "otherwise the function gets event wake.command with wake.thread_id. `mailroom wake cancel <id>` stops it.",
+  flags: {
+    within: required(text("within", "DELAY", "how long to wait: 30m, 48h, 7d")),
+    fn: required(text("function", "FUNCTION", "the function to wake (id or name)")),
+    type: required(text("type", "TYPE", "the command's type: 1-64 of a-z, 0-9, _, . and -")),
+    payload: text("payload", "JSON", "the command's payload, as JSON")
+  },
+  args: { thread: idArg("thread", "mailroom threads list") },
+  examples: ["mailroom wake watch <thread-id> --within 48h --function triage --type follow_up"]
+})
+
 export const wakeList = leaf({
   name: "list",
   summary: "Wakes, newest first",

@@ -178,6 +178,7 @@ export const root: Group = group(
       "mailroom wake list"
     ], [
       cmd(S.wakeAdd, () => wake().then((m) => m.add)),
+      cmd(S.wakeWatch, () => wake().then((m) => m.watch)),
       cmd(S.wakeList, () => wake().then((m) => m.list)),
       cmd(S.wakeCancel, () => wake().then((m) => m.cancel)),
       cmd(S.wakeRun, () => wake().then((m) => m.run)),

@@ -50,6 +50,7 @@ export const OnEmailStoredLive = Layer.effect(
           payload: c.payload,
           scheduled_for: verified ? c.scheduledFor : null,
           fired_at: (verified ? c.firedAt : null) ?? receivedAt.toISOString(),
+          thread_id: verified ? c.threadId : null,
           sender: senderOf(message),
           verified
         } satisfies WakePayload

@@ -2,6 +2,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import type { ParsedAttachment } from "../inbound/Parse.js"
+import { deletionEndsWatches } from "../wake/Repo.js"
 
 export interface EmailRow {
   id: string
@@ -90,11 +91,14 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
         SELECT e.*, c.text_body, c.html_body FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
         WHERE e.id = ${id} AND e.org_id = ${orgId}`.pipe(Effect.map((r) => Option.fromNullable(r[0])), Effect.orDie)
 
+    /** Deletes the email; when it was its thread's last message, the thread's watches end with it. */
     const remove = (orgId: string, id: string) =>
-      sql<EmailRow>`DELETE FROM emails WHERE id = ${id} AND org_id = ${orgId} RETURNING *`.pipe(
-        Effect.map((r) => Option.fromNullable(r[0])),
-        Effect.orDie
-      )
+      Effect.gen(function*() {
+        const rows = yield* sql<EmailRow>`DELETE FROM emails WHERE id = ${id} AND org_id = ${orgId} RETURNING *`
+        const row = rows[0]
+        if (row !== undefined) yield* deletionEndsWatches(sql, orgId, row.thread_id)
+        return Option.fromNullable(row)
+      }).pipe(sql.withTransaction, Effect.orDie)
 
     /** The raw bytes and owner of an email (owner checked by the caller: token or bearer). */
     const raw = (id: string) =>

@@ -223,7 +223,11 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
           concurrency: "unbounded"
         })
         const threadOf = new Map(orgs.map((o, i) => [o, threads[i]!]))
-        const merges = orgs.flatMap((o) => threading.mergeStatements(o, threadOf.get(o)!))
+        // Received mail (not a wake command, not rejected) ends the watches of the threads it joins.
+        const replied = new Set(distinct.filter((r) =>
+          eventOf(r, message) === "email.received" && r.wake === null && !isRejected(message.spam, r.spamThreshold)
+        ).map((r) => r.orgId))
+        const merges = orgs.flatMap((o) => threading.mergeStatements(o, threadOf.get(o)!, replied.has(o)))
         const copies: Array<Copy> = []
         for (const r of distinct) {
           const rejected = isRejected(message.spam, r.spamThreshold)

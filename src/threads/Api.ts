@@ -5,6 +5,7 @@ import { allErrors, DateTimeFilter, DateTimeString, IdPath, Ok, OkList, Uuid } f
 import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
+import { ThreadWatch } from "../wake/Api.js"
 
 export const SNIPPET_CHARS = 200
 
@@ -40,7 +41,10 @@ export type ThreadMessage = typeof ThreadMessage.Type
 
 export const ThreadWithMessages = Schema.Struct({
   ...threadFields,
-  messages: Schema.Array(ThreadMessage).annotations({ description: "oldest first" })
+  messages: Schema.Array(ThreadMessage).annotations({ description: "oldest first" }),
+  watches: Schema.Array(ThreadWatch).annotations({
+    description: "the thread's watches (POST /threads/{id}/watch), newest first: `status: active` ones are still waiting"
+  })
 }).annotations({ identifier: "ThreadWithMessages" })
 export type ThreadWithMessages = typeof ThreadWithMessages.Type
 

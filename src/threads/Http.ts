@@ -6,6 +6,7 @@ import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, encodeCursor } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { SNIPPET_CHARS, type Thread, type ThreadMessage } from "./Api.js"
+import { toWatch, WakesRepo } from "../wake/Repo.js"
 import { type MessageRow, type ThreadRow, ThreadsRepo } from "./Repo.js"
 
 /** `Re:`, `Fwd:`, `Fw:` (any case, repeated, with `[n]` counters some clients add) taken off a subject. */
@@ -61,6 +62,7 @@ export const toThread = (t: ThreadRow, messages: ReadonlyArray<MessageRow>): Thr
 export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* ThreadsRepo
+    const wakes = yield* WakesRepo
     return handlers
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
@@ -106,6 +108,7 @@ export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (han
             first_message_at: new Date(Math.min(...at)),
             last_message_at: new Date(Math.max(...at))
           }
-          return { ...toThread(row, messages), messages: messages.map(toMessage) }
+          const watches = yield* wakes.watchesOf(orgId, path.id, false)
+          return { ...toThread(row, messages), messages: messages.map(toMessage), watches: watches.map(toWatch) }
         }))
-  })).pipe(Layer.provide(ThreadsRepo.Default))
+  })).pipe(Layer.provide([ThreadsRepo.Default, WakesRepo.Default]))

@@ -194,12 +194,25 @@ export class Threading extends Effect.Service<Threading>()("mailroom/Threading",
 
     /**
      * Statements moving the messages of `merged` threads into `threadId`, for every threaded table;
-     * run them with (or in the same statement as) the message that linked them.
+     * run them with (or in the same statement as) the message that linked them. Thread watches
+     * (`wakes.watch_thread_id`) follow their thread, and when the message is received mail
+     * (`received`) the active watches of every thread it joins end as `replied`. That is ONE statement
+     * on wakes: two statements of one group updating the same row would keep only one of the updates.
      */
-    const mergeStatements = (orgId: string, a: ThreadAssignment): ReadonlyArray<Statement.Fragment> =>
-      a.merged.length === 0 ? [] : THREADED_TABLES.map((table) =>
+    const mergeStatements = (orgId: string, a: ThreadAssignment, received = false): ReadonlyArray<Statement.Fragment> => [
+      ...(a.merged.length === 0 ? [] : THREADED_TABLES.map((table) =>
         sql`UPDATE ${sql(table)} SET thread_id = ${a.threadId}
-             WHERE org_id = ${orgId} AND thread_id IN ${sql.in(a.merged)}`)
+             WHERE org_id = ${orgId} AND thread_id IN ${sql.in(a.merged)}`)),
+      ...(received
+        ? [sql`UPDATE wakes SET watch_thread_id = ${a.threadId},
+                 cancel_reason = CASE WHEN status = 'scheduled' THEN 'replied' ELSE cancel_reason END,
+                 next_run_at = CASE WHEN status = 'scheduled' THEN NULL ELSE next_run_at END,
+                 updated_at = CASE WHEN status = 'scheduled' THEN now() ELSE updated_at END,
+                 status = CASE WHEN status = 'scheduled' THEN 'canceled' ELSE status END
+               WHERE org_id = ${orgId} AND watch_thread_id IN ${sql.in([a.threadId, ...a.merged])}`]
+        : a.merged.length === 0 ? [] : [sql`UPDATE wakes SET watch_thread_id = ${a.threadId}
+               WHERE org_id = ${orgId} AND watch_thread_id IN ${sql.in(a.merged)}`])
+    ]
 
     return { assign, mergeStatements } as const
   })

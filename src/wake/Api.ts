@@ -36,6 +36,9 @@ export const Wake = Schema.Struct({
   next_run_at: Schema.NullOr(DateTimeString),
   last_run_at: Schema.NullOr(DateTimeString),
   run_count: Schema.Int,
+  thread_id: Schema.NullOr(Schema.UUID).annotations({
+    description: "a thread watch's thread (POST /threads/{id}/watch); null for other wakes"
+  }),
   created_at: DateTimeString
 }).annotations({ identifier: "Wake" })
 export type Wake = typeof Wake.Type
@@ -49,6 +52,31 @@ export const CreateWake = strict(Schema.Struct({
   cron: Schema.optionalWith(Schema.String, { exact: true }).annotations({ description: "5-field cron expression, UTC, e.g. `0 8 * * *`" })
 })).annotations({ identifier: "CreateWake", description: "exactly one of at, in, every, cron" })
 export type CreateWake = typeof CreateWake.Type
+
+export const ThreadWatch = Schema.Struct({
+  id: Schema.UUID.annotations({ description: "the watch's wake: GET /wakes/{id} shows it, DELETE /wakes/{id} cancels it" }),
+  thread_id: Schema.UUID,
+  function_id: Schema.UUID,
+  command: Schema.Struct({ type: Schema.String, payload: Schema.Unknown }),
+  within: Schema.String.annotations({ description: "as given, e.g. 48h" }),
+  due_at: DateTimeString.annotations({ description: "when it fires unless received mail joins the thread first" }),
+  status: Schema.Literal("active", "fired", "canceled"),
+  canceled_reason: Schema.NullOr(Schema.Literal("replied", "thread_deleted", "canceled")).annotations({
+    description: "replied: received mail joined the thread in time; thread_deleted: its last message was deleted; " +
+      "canceled: DELETE /wakes/{id}. Deleting the function deletes its watches."
+  }),
+  created_at: DateTimeString
+}).annotations({ identifier: "ThreadWatch" })
+export type ThreadWatch = typeof ThreadWatch.Type
+
+export const CreateThreadWatch = strict(Schema.Struct({
+  within: Schema.String.annotations({ description: "how long to wait for received mail to join the thread: 30m, 48h, 7d (at most 366 days)" }),
+  wake: strict(Schema.Struct({
+    function_id: Uuid,
+    command: strict(WakeCommand)
+  })).annotations({ description: "the wake to fire on silence: one of your functions and the command it gets" })
+})).annotations({ identifier: "CreateThreadWatch" })
+export type CreateThreadWatch = typeof CreateThreadWatch.Type
 
 export const WakeListQuery = allErrors(Schema.Struct({
   ...ListQuery.fields,
@@ -122,6 +150,17 @@ export class WakesApi extends HttpApiGroup.make("wakes")
       .annotate(OpenApi.Summary, "Fire a wake now (its schedule is unchanged)")
   )
   .add(
+    HttpApiEndpoint.post("watchThread", "/threads/:id/watch")
+      .setPath(IdPath)
+      .setPayload(CreateThreadWatch)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Ok(ThreadWatch, "ThreadWatch"), { status: 201 })
+      .addError(Wire.NotFound)
+      .addError(Wire.Forbidden)
+      .addError(Wire.Conflict)
+      .annotate(OpenApi.Summary, "Wake a function if no received mail joins the thread within a time (cancels itself when one does)")
+  )
+  .add(
     HttpApiEndpoint.get("getAllowlist", "/functions/:id/wake-allowlist")
       .setPath(IdPath)
       .addSuccess(Ok(WakeAllowlist, "WakeAllowlist"))
@@ -146,7 +185,8 @@ export class WakesApi extends HttpApiGroup.make("wakes")
       "fn-<function id>@<managed domain>: the command as an application/json part, signed with the account's " +
       "webhook secret in Mailroom-Wake-Signature (t=…,v1=… over `t.<json>`), stored like received mail and " +
       "delivered to the function as event `wake.command` with `wake: {id, type, payload, scheduled_for, fired_at, " +
-      "sender, verified}`. Senders on the function's wake allowlist may mail commands too (verified only when " +
+      "thread_id, sender, verified}`. A thread watch (POST /threads/{id}/watch) is a wake that fires only if no " +
+      "received mail joins the thread in time. Senders on the function's wake allowlist may mail commands too (verified only when " +
       "signed); anyone else is refused at RCPT. Needs the `functions` entitlement."
   )
 {}

@@ -43,7 +43,8 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
             payload: payloadOf(wake),
             scheduledFor,
             firedAt,
-            secret: secret.value
+            secret: secret.value,
+            threadId: wake.watch_thread_id
           })
         )
         const stored = yield* sql<{ id: string }>`SELECT id FROM emails WHERE org_id = ${wake.org_id} AND message_id = ${messageId} LIMIT 1`

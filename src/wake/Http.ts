@@ -18,7 +18,7 @@ import { AppConfig } from "../platform/Config.js"
 import { PAYLOAD_MAX_BYTES } from "./Api.js"
 import { WakeFiring } from "./Firing.js"
 import { wakeAddress } from "./Message.js"
-import { toAllowlist, toWake, WakesRepo } from "./Repo.js"
+import { toAllowlist, toWake, toWatch, WakesRepo } from "./Repo.js"
 import { checkSchedule } from "./Schedule.js"
 
 const invalid = (field: string, reason: string) =>
@@ -112,6 +112,32 @@ export const WakesHttpLive = HttpApiBuilder.group(MailroomApi, "wakes", (handler
             Effect.catchTag("FiringFailed", (e) => Effect.fail(new Conflict({ message: `the wake did not fire: ${e.reason}` })))
           )
           return toWake(yield* repo.ranNow(wake.id, at))
+        }))
+      .handle("watchThread", ({ path, payload }) =>
+        Effect.gen(function*() {
+          const org = yield* entitledOrg
+          const at = yield* now
+          const checked = checkSchedule({ in: payload.within }, at)
+          if ("problem" in checked) return yield* invalid("within", checked.problem)
+          const command = payload.wake.command
+          const payloadText = command.payload === undefined ? null : JSON.stringify(command.payload)
+          if (payloadText !== null && Buffer.byteLength(payloadText, "utf8") > PAYLOAD_MAX_BYTES) {
+            return yield* invalid("wake.command.payload", `must be at most ${PAYLOAD_MAX_BYTES} bytes of JSON`)
+          }
+          if (!(yield* repo.threadExists(org, path.id))) return yield* new NotFound({ message: `no thread ${path.id}` })
+          const fn = yield* functionOf(org, payload.wake.function_id)
+          yield* endpoints.forFunction(org, fn.id)
+          const row = yield* repo.insert({
+            orgId: org,
+            functionId: fn.id,
+            type: command.type,
+            payload: payloadText,
+            kind: checked.schedule.kind,
+            value: checked.schedule.value,
+            nextRunAt: checked.first,
+            watch: { threadId: path.id, within: checked.schedule.value }
+          })
+          return toWatch(row)
         }))
       .handle("getAllowlist", ({ path }) =>
         Effect.gen(function*() {

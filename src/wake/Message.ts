@@ -1,7 +1,7 @@
 /**
  * The wake email: composed by the service when a wake fires, and read back on ingestion (from the
  * service, or from an allowed sender). The command is the message's `application/json` part:
- * `{type, payload?, wake_id?, scheduled_for?, fired_at?}`; `Mailroom-Wake-Signature: t=<unix>,v1=<hex>`
+ * `{type, payload?, wake_id?, scheduled_for?, fired_at?, thread_id?}` (`thread_id`: a thread watch's thread); `Mailroom-Wake-Signature: t=<unix>,v1=<hex>`
  * is HMAC-SHA256 of `<t>.<that JSON text>` with the account's webhook secret (the webhook scheme).
  */
 import { createHmac, timingSafeEqual } from "node:crypto"
@@ -36,6 +36,7 @@ export interface CommandPart {
   readonly wakeId: string | null
   readonly scheduledFor: string | null
   readonly firedAt: string | null
+  readonly threadId: string | null
   readonly signature: string | null
 }
 
@@ -85,6 +86,7 @@ export const commandOf = async (raw: Buffer): Promise<CommandPart | { readonly p
     wakeId: typeof c["wake_id"] === "string" && UUID.test(c["wake_id"]) ? c["wake_id"] : null,
     scheduledFor: text(c["scheduled_for"]),
     firedAt: text(c["fired_at"]),
+    threadId: typeof c["thread_id"] === "string" && UUID.test(c["thread_id"]) ? c["thread_id"] : null,
     signature: typeof header === "string" ? header : null
   }
 }
@@ -98,6 +100,8 @@ export interface ComposeInput {
   readonly scheduledFor: Date
   readonly firedAt: Date
   readonly secret: string
+  /** A thread watch's thread: the function learns which conversation went silent. */
+  readonly threadId: string | null
 }
 
 /**
@@ -110,7 +114,8 @@ export const composeWake = (input: ComposeInput): Promise<{ readonly raw: Buffer
     payload: input.payload,
     wake_id: input.wakeId,
     scheduled_for: input.scheduledFor.toISOString(),
-    fired_at: input.firedAt.toISOString()
+    fired_at: input.firedAt.toISOString(),
+    ...(input.threadId !== null ? { thread_id: input.threadId } : {})
   })
   const messageId = `<wake.${input.wakeId}.${input.scheduledFor.getTime()}@${input.domain}>`
   return builder.sendMail({

@@ -3,8 +3,9 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
-import type { Wake, WakeAllowlist } from "./Api.js"
-import { type ScheduleKind, scheduleObject } from "./Schedule.js"
+import { THREADED_TABLES } from "../threads/Threading.js"
+import type { ThreadWatch, Wake, WakeAllowlist } from "./Api.js"
+import { checkSchedule, type ScheduleKind, scheduleObject } from "./Schedule.js"
 
 export interface WakeRow {
   readonly id: string
@@ -20,6 +21,26 @@ export interface WakeRow {
   readonly run_count: number
   readonly lease_token: string | null
   readonly created_at: Date
+  readonly watch_thread_id: string | null
+  readonly watch_within: string | null
+  readonly cancel_reason: "canceled" | "replied" | "thread_deleted" | null
+  readonly updated_at: Date
+}
+
+/** A thread watch as the API shows it (the row is a wake with `watch_thread_id`). */
+export const toWatch = (r: WakeRow): ThreadWatch => {
+  const due = checkSchedule({ in: r.watch_within ?? "" }, r.created_at)
+  return {
+    id: r.id,
+    thread_id: r.watch_thread_id!,
+    function_id: r.function_id,
+    command: { type: r.command_type, payload: payloadOf(r) },
+    within: r.watch_within ?? "",
+    due_at: "first" in due ? due.first : r.created_at,
+    status: r.status === "scheduled" ? "active" : r.status === "completed" ? "fired" : "canceled",
+    canceled_reason: r.status === "canceled" ? (r.cancel_reason ?? "canceled") : null,
+    created_at: r.created_at
+  }
 }
 
 export const payloadOf = (r: WakeRow): unknown => (r.command_payload === null ? null : JSON.parse(r.command_payload))
@@ -33,10 +54,20 @@ export const toWake = (r: WakeRow): Wake => ({
   next_run_at: r.next_run_at,
   last_run_at: r.last_run_at,
   run_count: r.run_count,
+  thread_id: r.watch_thread_id,
   created_at: r.created_at
 })
 
 /** How long a firing may take before another process may take the wake over. */
+/**
+ * The thread's last message was deleted: its active watches end as `thread_deleted`. (A thread is
+ * nothing but the messages that share its id.)
+ */
+export const deletionEndsWatches = (sql: SqlClient.SqlClient, orgId: string, threadId: string) =>
+  sql`UPDATE wakes SET status = 'canceled', cancel_reason = 'thread_deleted', next_run_at = NULL, updated_at = now()
+       WHERE org_id = ${orgId} AND status = 'scheduled' AND watch_thread_id = ${threadId}
+         AND ${sql.and(THREADED_TABLES.map((t) => sql`NOT EXISTS (SELECT 1 FROM ${sql(t)} WHERE org_id = ${orgId} AND thread_id = ${threadId})`))}`
+
 export const LEASE_MS = 60_000
 
 export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo", {
@@ -51,10 +82,13 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
       kind: ScheduleKind
       value: string
       nextRunAt: Date
+      watch?: { readonly threadId: string; readonly within: string }
     }) =>
       Effect.map(
-        sql<WakeRow>`INSERT INTO wakes (org_id, function_id, command_type, command_payload, schedule_kind, schedule_value, next_run_at)
-          VALUES (${w.orgId}, ${w.functionId}, ${w.type}, ${w.payload}, ${w.kind}, ${w.value}, ${w.nextRunAt}) RETURNING *`,
+        sql<WakeRow>`INSERT INTO wakes (org_id, function_id, command_type, command_payload, schedule_kind, schedule_value, next_run_at,
+            watch_thread_id, watch_within)
+          VALUES (${w.orgId}, ${w.functionId}, ${w.type}, ${w.payload}, ${w.kind}, ${w.value}, ${w.nextRunAt},
+            ${w.watch?.threadId ?? null}, ${w.watch?.within ?? null}) RETURNING *`,
         (rows) => rows[0]!
       ).pipe(Effect.orDie)
 
@@ -83,7 +117,7 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
     /** Cancels a scheduled wake; None when the organization has no such wake. */
     const cancel = (orgId: string, id: string, at: Date) =>
       Effect.map(
-        sql<WakeRow>`UPDATE wakes SET status = 'canceled', next_run_at = NULL, updated_at = ${at}
+        sql<WakeRow>`UPDATE wakes SET status = 'canceled', cancel_reason = 'canceled', next_run_at = NULL, updated_at = ${at}
           WHERE id = ${id} AND org_id = ${orgId} AND status = 'scheduled' RETURNING *`,
         (rows) => Option.fromNullable(rows[0])
       ).pipe(Effect.orDie)
@@ -126,6 +160,40 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
         (rows) => rows[0]!
       ).pipe(Effect.orDie)
 
+    /** Whether the organization has a message (received or sent) in the thread. */
+    const threadExists = (orgId: string, threadId: string) =>
+      Effect.map(
+        sql<{ n: number }>`SELECT (${
+          sql.join(" + ", false)(THREADED_TABLES.map((t) =>
+            sql`(SELECT count(*) FROM (SELECT 1 FROM ${sql(t)} WHERE org_id = ${orgId} AND thread_id = ${threadId} LIMIT 1) x)`
+          ))
+        })::int AS n`,
+        (rows) => rows[0]!.n > 0
+      ).pipe(Effect.orDie)
+
+    /** A thread's watches, newest first: the active ones, or all of them. */
+    const watchesOf = (orgId: string, threadId: string, activeOnly: boolean) =>
+      sql<WakeRow>`SELECT * FROM wakes WHERE org_id = ${orgId} AND watch_thread_id = ${threadId}
+        ${activeOnly ? sql`AND status = 'scheduled'` : sql``} ORDER BY created_at DESC, id DESC`.pipe(Effect.orDie)
+
+    /**
+     * Whether received mail joined the watched thread after the watch began: then it must not fire
+     * (checked again at firing time, for a reply stored while the firing was being claimed).
+     */
+    const silenceBroken = (w: WakeRow) =>
+      w.watch_thread_id === null ? Effect.succeed(false) : Effect.map(
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM emails
+          WHERE org_id = ${w.org_id} AND thread_id = ${w.watch_thread_id} AND status = 'accepted'
+            AND event_type = 'email.received' AND received_at > ${w.created_at}`,
+        (rows) => rows[0]!.n > 0
+      ).pipe(Effect.orDie)
+
+    /** Ends a claimed watch without firing it: a reply came in time. */
+    const watchAnswered = (id: string, token: string, at: Date) =>
+      sql`UPDATE wakes SET status = 'canceled', cancel_reason = 'replied', next_run_at = NULL, lease_token = NULL,
+            lease_expires_at = NULL, updated_at = ${at}
+          WHERE id = ${id} AND lease_token = ${token} AND status = 'scheduled'`.pipe(Effect.orDie, Effect.asVoid)
+
     const allowlist = (functionId: string) =>
       Effect.map(
         sql<{ senders: ReadonlyArray<string>; updated_at: Date }>`SELECT senders, updated_at FROM function_wake_allowlists
@@ -143,7 +211,7 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
         (rows) => rows[0]!
       ).pipe(Effect.orDie)
 
-    return { insert, find, list, cancel, claimDue, fired, release, abandon, ranNow, allowlist, setAllowlist } as const
+    return { threadExists, watchesOf, silenceBroken, watchAnswered, insert, find, list, cancel, claimDue, fired, release, abandon, ranNow, allowlist, setAllowlist } as const
   })
 }) {}
 

@@ -36,6 +36,8 @@ export const WakeSchedulerLive = (options: WakeSchedulerOptions = {}) =>
     const fireOne = (wake: WakeRow, token: string) =>
       Effect.gen(function*() {
         const scheduledFor = wake.next_run_at!
+        // A watch whose thread got received mail meanwhile ends without firing.
+        if (yield* repo.silenceBroken(wake)) return yield* repo.watchAnswered(wake.id, token, yield* now)
         const outcome = yield* Effect.either(firing.fire(wake, scheduledFor))
         const at = yield* now
         if (outcome._tag === "Right") {

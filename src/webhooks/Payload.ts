@@ -69,6 +69,8 @@ export interface WakePayload {
   readonly payload: unknown
   readonly scheduled_for: string | null
   readonly fired_at: string
+  /** A thread watch's firing: the thread that stayed silent (null otherwise). */
+  readonly thread_id: string | null
   readonly sender: string
   /** True only when `Mailroom-Wake-Signature` verifies with the account's webhook secret. */
   readonly verified: boolean

@@ -34,18 +34,37 @@ const wakeColumns = [
   col<Wake>("runs", (w) => w.run_count)
 ]
 
+const parsePayload = (payload: Option.Option<string>) =>
+  Option.match(payload, {
+    onNone: () => Effect.succeed(Option.none<unknown>()),
+    onSome: (text) =>
+      Effect.try({
+        try: () => Option.some(JSON.parse(text) as unknown),
+        catch: () => new CliFailure({ message: `--payload: not JSON: ${text}`, usage: true })
+      })
+  })
+
+export const watch: Handler<typeof S.wakeWatch> = (o) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    const fn = yield* functionId(client, o.fn)
+    const payload = yield* parsePayload(o.payload)
+    const w = yield* client.wakes.watchThread({
+      path: { id: o.thread },
+      payload: {
+        within: o.within,
+        wake: { function_id: fn, command: { type: o.type, ...Option.match(payload, { onNone: () => ({}), onSome: (p) => ({ payload: p }) }) } }
+      },
+      headers: {}
+    })
+    yield* showOne(target.json, w)
+  })
+
 export const add: Handler<typeof S.wakeAdd> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const fn = yield* functionId(client, o.fn)
-    const payload = yield* Option.match(o.payload, {
-      onNone: () => Effect.succeed(Option.none<unknown>()),
-      onSome: (text) =>
-        Effect.try({
-          try: () => Option.some(JSON.parse(text) as unknown),
-          catch: () => new CliFailure({ message: `--payload: not JSON: ${text}`, usage: true })
-        })
-    })
+    const payload = yield* parsePayload(o.payload)
     const at = yield* Option.match(o.at, {
       onNone: () => Effect.succeed(Option.none<Date>()),
       onSome: (text) => {

@@ -12,6 +12,7 @@ import { Account } from "../src/account/Api.js"
 import { WebhookDelivery } from "../src/deliveries/Api.js"
 import { Email, EmailSummary } from "../src/emails/Api.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
+import { Thread, ThreadWithMessages } from "../src/threads/Api.js"
 import { DEMO_RATE_LIMIT } from "../src/platform/RequestPipeline.js"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -79,6 +80,29 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
         for (const d of deliveries.body.data) expect(ids.has(d.email_id)).toBe(true)
         expect(new Set(deliveries.body.data.map((d: { status: string }) => d.status))).toEqual(new Set(["delivered", "pending"]))
 
+        const threads = yield* call("GET", "/v1/demo/threads")
+        expect(threads.status).toBe(200)
+        for (const t of threads.body.data) expect(decodes(Thread, t)).toBe(true)
+        const invoice = threads.body.data.find((t: { subject: string }) => t.subject === "Invoice INV-2041 for January")
+        expect(invoice).toMatchObject({ message_count: 3, received_count: 3 })
+        const lastActivity = threads.body.data.map((t: { last_message_at: string }) => Date.parse(t.last_message_at))
+        expect([...lastActivity].sort((a, b) => b - a)).toEqual(lastActivity)
+        // Every accepted email is in exactly one thread, and no rejected one is.
+        const accepted = emails.body.data.filter((e: { status: string }) => e.status === "accepted")
+        expect(threads.body.data.reduce((n: number, t: { message_count: number }) => n + t.message_count, 0)).toBe(accepted.length)
+        const thread = yield* call("GET", `/v1/demo/threads/${invoice.id}`)
+        expect(thread.status).toBe(200)
+        expect(decodes(ThreadWithMessages, thread.body.data)).toBe(true)
+        expect(thread.body.data.messages.map((m: { subject: string }) => m.subject)).toEqual([
+          "Invoice INV-2041 for January", "Re: Invoice INV-2041 for January", "Re: Invoice INV-2041 for January"
+        ])
+        for (const m of thread.body.data.messages) {
+          const e = emails.body.data.find((x: { id: string }) => x.id === m.id)
+          expect(e.thread_id).toBe(invoice.id)
+        }
+        const watched = threads.body.data.find((t: { subject: string }) => t.subject.startsWith("Your application"))
+        expect((yield* call("GET", `/v1/demo/threads/${watched.id}`)).body.data.watches).toHaveLength(1)
+
         for (const path of ["/v1/demo/account", "/v1/demo/emails?limit=3", `/v1/demo/emails/${first.id}`, "/v1/demo/webhooks/deliveries"]) {
           const again = yield* call("GET", path)
           const before = path === "/v1/demo/account" ? account : path.includes("deliveries") ? deliveries : path.includes("limit") ? undefined : one
@@ -96,7 +120,9 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
           ["/v1/demo/account", "/v1/account"],
           ["/v1/demo/emails", "/v1/emails"],
           ["/v1/demo/emails/{id}", "/v1/emails/{id}"],
-          ["/v1/demo/webhooks/deliveries", "/v1/webhooks/deliveries"]
+          ["/v1/demo/webhooks/deliveries", "/v1/webhooks/deliveries"],
+          ["/v1/demo/threads", "/v1/threads"],
+          ["/v1/demo/threads/{id}", "/v1/threads/{id}"]
         ]
         for (const [demo, real] of twins) {
           expect(ok(demo), demo).toEqual(ok(real))
@@ -130,6 +156,13 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
         expect(rejected.body.data.map((e: { status: string }) => e.status)).toEqual(["rejected"])
         const later = yield* call("GET", "/v1/demo/emails?date_from=2026-01-08T00:00:00Z")
         expect(later.body.data.length).toBe(2)
+        const sams = yield* call("GET", "/v1/demo/threads?participant=LEE@contoso.example")
+        expect(sams.body.data.map((t: { subject: string }) => t.subject)).toEqual(["Can we move Thursday's call?"])
+        const threadPage = yield* call("GET", "/v1/demo/threads?limit=1")
+        expect(threadPage.body.meta.cursor).not.toBeNull()
+        const nextThreads = yield* call("GET", `/v1/demo/threads?limit=1&cursor=${threadPage.body.meta.cursor}`)
+        expect(nextThreads.body.data[0].id).not.toBe(threadPage.body.data[0].id)
+        expect((yield* call("GET", "/v1/demo/threads/00000000-0000-4000-8000-000000000000")).status).toBe(404)
         const forOne = yield* call("GET", `/v1/demo/webhooks/deliveries?email_id=${all[1]!.id}`)
         expect(forOne.body.data.map((d: { email_id: string }) => d.email_id)).toEqual([all[1]!.id])
 
@@ -168,6 +201,13 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
         expect(JSON.parse(account.stdout).managed_inbox_address).toBe("agent@demo.example")
         const deliveries = yield* cli("demo", "deliveries", "--status", "pending", "--json")
         expect((JSON.parse(deliveries.stdout).data as Array<{ status: string }>).map((d) => d.status)).toEqual(["pending"])
+        const threads = yield* cli("demo", "threads", "--participant", "sam@contoso.example", "--json")
+        expect(threads.code, threads.stderr).toBe(0)
+        const call = JSON.parse(threads.stdout).data[0] as { id: string }
+        const thread = yield* cli("demo", "thread", call.id)
+        expect(thread.code, thread.stderr).toBe(0)
+        expect(thread.stdout).toContain("Re: Can we move Thursday's call?")
+        expect(thread.stdout).toContain("lee@contoso.example")
         const missing = yield* cli("demo", "email", "00000000-0000-4000-8000-000000000000")
         expect(missing.code).toBe(3)
         expect(missing.stderr).toContain("not_found")

@@ -904,6 +904,22 @@ export const demoEmail = leaf({
   examples: ["mailroom demo email <id>"]
 })
 
+export const demoThreads = leaf({
+  name: "threads",
+  summary: "The demo's conversations, last activity first (no login needed)",
+  flags: { ...paging, participant: text("participant", "ADDRESS", "only threads with this address") },
+  args: {},
+  examples: ["mailroom demo threads", "mailroom demo threads --participant maria@northwind.example"]
+})
+
+export const demoThread = leaf({
+  name: "thread",
+  summary: "One demo conversation with its messages, oldest first (no login needed)",
+  flags: {},
+  args: { id: idArg("thread", "mailroom demo threads") },
+  examples: ["mailroom demo thread <id>"]
+})
+
 export const demoDeliveries = leaf({
   name: "deliveries",
   summary: "The demo's webhook deliveries (no login needed)",

@@ -154,6 +154,8 @@ export const root: Group = group(
       cmd(S.demoAccount, () => demo().then((m) => m.demoAccount)),
       cmd(S.demoEmails, () => demo().then((m) => m.demoEmails)),
       cmd(S.demoEmail, () => demo().then((m) => m.demoEmail)),
+      cmd(S.demoThreads, () => demo().then((m) => m.demoThreads)),
+      cmd(S.demoThread, () => demo().then((m) => m.demoThread)),
       cmd(S.demoDeliveries, () => demo().then((m) => m.demoDeliveries))
     ]),
     group("registries", "Directories of agents addressed by handle", [

@@ -9,6 +9,7 @@ import { IdPath, Ok, OkList } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { DeliveryListParams, WebhookDelivery } from "../deliveries/Api.js"
 import { Email, EmailListParams, EmailSummary } from "../emails/Api.js"
+import { Thread, ThreadListQuery, ThreadWithMessages } from "../threads/Api.js"
 
 export class DemoApi extends HttpApiGroup.make("demo")
   .add(
@@ -28,6 +29,19 @@ export class DemoApi extends HttpApiGroup.make("demo")
       .addSuccess(Ok(Email, "Email"))
       .addError(Wire.NotFound)
       .annotate(OpenApi.Summary, "One demo email with its content, as GET /emails/{id} answers it")
+  )
+  .add(
+    HttpApiEndpoint.get("threads", "/demo/threads")
+      .setUrlParams(ThreadListQuery)
+      .addSuccess(OkList(Thread, "Thread"))
+      .annotate(OpenApi.Summary, "The demo's conversations, as GET /threads answers them: last activity first")
+  )
+  .add(
+    HttpApiEndpoint.get("thread", "/demo/threads/:id")
+      .setPath(IdPath)
+      .addSuccess(Ok(ThreadWithMessages, "ThreadWithMessages"))
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "One demo conversation with its messages, as GET /threads/{id} answers it")
   )
   .add(
     HttpApiEndpoint.get("deliveries", "/demo/webhooks/deliveries")

@@ -9,6 +9,8 @@ import type { Account } from "../account/Api.js"
 import { entitlementsOf, LIMITS } from "../contract/Plans.js"
 import type { Email, EmailSummary } from "../emails/Api.js"
 import type { WebhookDelivery } from "../deliveries/Api.js"
+import type { MessageRow } from "../threads/Repo.js"
+import type { ThreadWatch } from "../wake/Api.js"
 
 export const DEMO_SEED = "mailroom-demo-v1"
 export const DEMO_INBOX = "agent@demo.example"
@@ -242,3 +244,51 @@ export const demoDeliveries: ReadonlyArray<WebhookDelivery> = demoEmails
   })
 
 export const demoEmailById = (id: string) => demoEmails.find((e) => e.summary.id === id)
+
+/** The demo's conversations: its accepted mail grouped by thread, as the threads area reads them. */
+export interface DemoThread {
+  readonly id: string
+  readonly messages: ReadonlyArray<MessageRow>
+  readonly watches: ReadonlyArray<ThreadWatch>
+}
+
+const messageRowOf = (e: DemoEmail): MessageRow => ({
+  thread_id: e.summary.thread_id,
+  direction: "received",
+  id: e.summary.id,
+  at: e.summary.received_at,
+  from_address: e.summary.from,
+  to_addresses: e.summary.to,
+  cc_addresses: e.summary.cc,
+  subject: e.summary.subject,
+  message_id: e.summary.message_id,
+  body: e.text
+})
+
+/** The job application waits for an answer: a watch wakes the agent's triage function after 48 hours of silence. */
+const watchOf = (threadId: string, created: Date): ThreadWatch => ({
+  id: demoId("wake", 0),
+  thread_id: threadId,
+  function_id: demoId("function", 0),
+  command: { type: "follow_up", payload: { reason: "no answer yet" } },
+  within: "48h",
+  due_at: new Date(created.getTime() + 48 * 3_600_000),
+  status: "fired",
+  canceled_reason: null,
+  created_at: created
+})
+
+export const demoThreads: ReadonlyArray<DemoThread> = (() => {
+  const byThread = new Map<string, Array<MessageRow>>()
+  for (const e of [...demoEmails].reverse()) {
+    if (e.summary.status !== "accepted") continue
+    const list = byThread.get(e.summary.thread_id) ?? []
+    list.push(messageRowOf(e))
+    byThread.set(e.summary.thread_id, list)
+  }
+  return [...byThread.entries()].map(([id, messages]) => ({
+    id,
+    messages,
+    watches: messages[0]!.from_address === "jobs@careers.example" ? [watchOf(id, new Date(messages[0]!.at.getTime() + 600_000))] : []
+  }))
+})()

@@ -5,7 +5,20 @@ import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf, type Position } from "../contract/Paging.js"
 import { AppConfig } from "../platform/Config.js"
-import { demoAccount, demoDeliveries, demoEmailById, demoEmails } from "./Dataset.js"
+import { toMessage, toThread } from "../threads/Http.js"
+import { demoAccount, demoDeliveries, demoEmailById, demoEmails, type DemoThread, demoThreads } from "./Dataset.js"
+
+const threadOf = (t: DemoThread) => {
+  const at = t.messages.map((m) => m.at.getTime())
+  return toThread({
+    id: t.id,
+    message_count: t.messages.length,
+    received_count: t.messages.filter((m) => m.direction === "received").length,
+    sent_count: t.messages.filter((m) => m.direction === "sent").length,
+    first_message_at: new Date(Math.min(...at)),
+    last_message_at: new Date(Math.max(...at))
+  }, t.messages)
+}
 
 /** Newest first by (time, id), after the cursor's position: the order of the real keyset lists. */
 const page = <R extends { readonly created_at: Date; readonly id: string }, A>(
@@ -50,6 +63,22 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
         return found === undefined
           ? Effect.fail(new NotFound({ message: "email not found in the demo mailbox (GET /v1/demo/emails lists it)" }))
           : Effect.succeed(found.detail(config.publicBaseUrl))
+      })
+      .handle("threads", ({ urlParams: q }) =>
+        Effect.gen(function*() {
+          const after = yield* decodeCursor(q.cursor)
+          const participant = q.participant?.toLowerCase()
+          const rows = demoThreads.map(threadOf).filter((t) =>
+            (participant === undefined || t.participants.includes(participant)) &&
+            within(t.last_message_at, q.date_from, q.date_to)
+          ).map((t) => ({ ...t, created_at: t.last_message_at }))
+          return page(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, ({ created_at: _, ...t }) => t)
+        }))
+      .handle("thread", ({ path }) => {
+        const found = demoThreads.find((t) => t.id === path.id)
+        return found === undefined
+          ? Effect.fail(new NotFound({ message: "thread not found in the demo mailbox (GET /v1/demo/threads lists them)" }))
+          : Effect.succeed({ ...threadOf(found), messages: found.messages.map(toMessage), watches: found.watches })
       })
       .handle("deliveries", ({ urlParams: q }) =>
         Effect.gen(function*() {

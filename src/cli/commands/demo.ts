@@ -1,6 +1,7 @@
 /** `demo`: the public sandbox, read without a login, printed like the real commands print. */
 import { Console, Effect } from "effect"
-import { showList, showOne } from "../Output.js"
+import type { Thread, ThreadMessage } from "../../threads/Api.js"
+import { col, showList, showOne } from "../Output.js"
 import { anonymousClient, target } from "../Session.js"
 import type { Handler } from "../Spec.js"
 import type * as S from "../Specs.js"
@@ -41,4 +42,38 @@ export const demoDeliveries: Handler<typeof S.demoDeliveries> = (o) =>
     const page = yield* fetchPages(o, (cursor) =>
       client.demo.deliveries({ urlParams: { ...opt("status", o.status), ...pageParams(o.limit, cursor) } }))
     yield* showList(json, page, deliveryColumns)
+  })
+
+const threadColumns = [
+  col<Thread>("id", (t) => t.id),
+  col<Thread>("last", (t) => t.last_message_at),
+  col<Thread>("msgs", (t) => t.message_count),
+  col<Thread>("subject", (t) => t.subject),
+  col<Thread>("participants", (t) => t.participants.join(", "))
+]
+
+const messageColumns = [
+  col<ThreadMessage>("date", (m) => m.date),
+  col<ThreadMessage>("dir", (m) => m.direction),
+  col<ThreadMessage>("from", (m) => m.from),
+  col<ThreadMessage>("subject", (m) => m.subject)
+]
+
+export const demoThreads: Handler<typeof S.demoThreads> = (o) =>
+  Effect.gen(function*() {
+    const { client, json } = yield* sandbox
+    const page = yield* fetchPages(o, (cursor) =>
+      client.demo.threads({ urlParams: { ...opt("participant", o.participant), ...pageParams(o.limit, cursor) } }))
+    yield* showList(json, page, threadColumns)
+  })
+
+export const demoThread: Handler<typeof S.demoThread> = (o) =>
+  Effect.gen(function*() {
+    const { client, json } = yield* sandbox
+    const thread = yield* client.demo.thread({ path: { id: o.id } })
+    if (json) return yield* showOne(true, thread)
+    const { messages, watches, participants, ...rest } = thread
+    yield* showOne(false, { ...rest, participants: participants.join(", "), watches: watches.length })
+    yield* Console.log("")
+    yield* showList(false, { items: messages, meta: { total: messages.length, limit: messages.length, cursor: null } }, messageColumns)
   })

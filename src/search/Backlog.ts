@@ -46,7 +46,7 @@ export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
          SELECT id FROM search_documents
           WHERE embedded_at IS NULL AND embed_next_at <= now() AND (embed_lease_until IS NULL OR embed_lease_until < now())
           ORDER BY embed_next_at LIMIT ${batch} FOR UPDATE SKIP LOCKED)
-      RETURNING d.id, d.org_id, d.subject, left(d.body, 4000) AS body, d.embed_attempts`
+      RETURNING d.id, d.org_id, d.subject, left(d.body, 2000) AS body, d.embed_attempts`
 
     const pass = Effect.gen(function*() {
       const docs = yield* claim

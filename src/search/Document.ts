@@ -56,6 +56,12 @@ export const documentRow = (d: SearchDocumentInput): Record<string, unknown> => 
   body: searchBody(d.text, d.html)
 })
 
-/** What gets embedded: the subject and the start of the body (models read a few hundred words at most). */
+/**
+ * What gets embedded: the subject and the start of the body. The in-process model's cost grows with
+ * the text (12 ms for 20 words, 43 ms for 80, 61 ms for 300, per text in batches of 16) while what a
+ * message is about is mostly in its subject and first lines.
+ */
+export const EMBEDDED_BODY_CHARS = 600
+
 export const embeddingText = (subject: string | null, body: string | null): string =>
-  `${subject ?? ""}\n${(body ?? "").replace(/\s+/g, " ").slice(0, 2000)}`.trim()
+  `${subject ?? ""}\n${(body ?? "").replace(/\s+/g, " ").slice(0, EMBEDDED_BODY_CHARS)}`.trim()

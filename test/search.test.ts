@@ -10,7 +10,7 @@ import nodemailer, { type SendMailOptions } from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { TestServer, testService } from "./support/harness.js"
 import { call } from "./support/http.js"
-import { CORPUS, LEXICAL_QUERIES, PARAPHRASES, sharedWords } from "./support/searchCorpus.js"
+import { CORPUS, DISTRACTORS, LEXICAL_QUERIES, PARAPHRASES, sharedWords } from "./support/searchCorpus.js"
 
 const Env = Provisioning.Default.pipe(
   Layer.provideMerge(testService({ DNS_SERVER: "127.0.0.1:9", SEARCH_TIMEOUT: "20s" }, { embeddingBacklog: { pollMs: 50, batch: 32 } }))
@@ -80,7 +80,7 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("search", (it) => {
       state.apiKey = org.apiKey
       state.address = org.address
       state.otherKey = other.apiKey
-      for (const m of CORPUS) {
+      for (const m of [...CORPUS, ...DISTRACTORS]) {
         yield* send({ from: m.from, to: org.address, subject: m.subject, text: m.text, messageId: `<${m.key}@corpus.example>` })
       }
       // The other organization's mail uses the very words searched below.
@@ -88,10 +88,10 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("search", (it) => {
       const sql = yield* SqlClient.SqlClient
       const rows = yield* sql<{ id: string; message_id: string }>`SELECT id, message_id FROM emails WHERE org_id = ${org.orgId}`
       for (const r of rows) state.ids.set(r.message_id.replace(/^<|@.*$/g, ""), r.id)
-      expect(state.ids.size).toBe(CORPUS.length)
+      expect(state.ids.size).toBe(CORPUS.length + DISTRACTORS.length)
       yield* drained
       const vectors = yield* sql<{ n: number; dims: number }>`SELECT count(*)::int AS n, max(dims) AS dims FROM search_embeddings`
-      expect(vectors[0]).toEqual({ n: CORPUS.length + 1, dims: 512 })
+      expect(vectors[0]).toEqual({ n: CORPUS.length + DISTRACTORS.length + 1, dims: 512 })
     }))
 
   describe("lexical", () => {

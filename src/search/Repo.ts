@@ -54,7 +54,9 @@ export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRep
     /**
      * Full-text hits (websearch syntax, weighted subject > sender > body) then, below them, subject
      * or sender words within trigram distance of the query (misspellings), excluded terms honoured
-     * by both. One transaction: the trigram threshold and the statement timeout are set for it alone.
+     * by both. The trigram leg runs only when the full-text hits do not fill the list: a word common
+     * enough to have that many exact hits is spelled right, and on a large mailbox the trigram scan of
+     * a common word costs more than the full-text search itself. One transaction: the trigram threshold and the statement timeout are set for it alone.
      */
     const lexical = (orgId: string, q: string, f: SearchFilters, k: number, timeoutMs: number) =>
       Effect.gen(function*() {
@@ -75,7 +77,8 @@ export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRep
           trg AS (
             SELECT d.id, d.at, word_similarity(${parsed.positive}, d.names) * ${TRIGRAM_SCALE} AS score
               FROM search_documents d
-             WHERE ${trigram ? sql`true` : sql`false`} AND ${where} AND ${parsed.positive} <% d.names AND ${excluded}
+             WHERE ${trigram ? sql`true` : sql`false`} AND (SELECT count(*) FROM fts) < ${k}
+               AND ${where} AND ${parsed.positive} <% d.names AND ${excluded}
                AND d.id NOT IN (SELECT id FROM fts)
              ORDER BY score DESC, d.at DESC, d.id DESC LIMIT ${k})
           SELECT id, at, score::float8 AS score FROM (SELECT * FROM fts UNION ALL SELECT * FROM trg) hits

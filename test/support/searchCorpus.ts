@@ -32,6 +32,33 @@ export const CORPUS: ReadonlyArray<CorpusMessage> = [
   { key: "signin", from: "alerts@accounts.example", subject: "Security alert: new sign-in", text: "A new login to your account was detected from a Chrome browser in Madrid." }
 ]
 
+/**
+ * More mail on neighbouring subjects (other bills, trips, meetings, alerts), so a query has to find
+ * its message among look-alikes, not just among twenty unrelated topics.
+ */
+export const DISTRACTORS: ReadonlyArray<CorpusMessage> = [
+  { key: "d-train", from: "tickets@rail.example", subject: "Your train ticket to Paris", text: "Seat 42 in coach 7, departing Gare du Nord at 09:12. Show the QR code on board." },
+  { key: "d-hotel", from: "stay@hotels.example", subject: "Hotel reservation in Rome", text: "Two nights at Hotel Aurora, check-in from 3pm, breakfast included." },
+  { key: "d-standup", from: "maria@team.example", subject: "Standup moved to 10:30", text: "Tomorrow's standup starts half an hour later because of the all-hands." },
+  { key: "d-offsite", from: "events@team.example", subject: "Offsite agenda", text: "Workshops in the morning, hiking in the afternoon, dinner at the lodge." },
+  { key: "d-2fa", from: "noreply@auth.example", subject: "Two-factor authentication enabled", text: "You turned on two-step verification with an authenticator app." },
+  { key: "d-subscription", from: "billing@streaming.example", subject: "Your subscription receipt", text: "Thanks for renewing your monthly streaming plan: 12.99 charged to your card." },
+  { key: "d-refund", from: "support@shop.example", subject: "Refund processed", text: "We refunded 45.00 to your original payment method for the returned shoes." },
+  { key: "d-deploy", from: "ci@ops.example", subject: "Deploy succeeded", text: "Release 4.2.1 rolled out to all regions with no errors." },
+  { key: "d-latency", from: "oncall@ops.example", subject: "Elevated API latency", text: "p99 latency rose to 800ms for twenty minutes after a cache node restarted." },
+  { key: "d-interview", from: "hr@bigcorp.example", subject: "Interview schedule", text: "Your onsite interviews are on Thursday: coding, system design and a chat with the team lead." },
+  { key: "d-vet", from: "clinic@pets.example", subject: "Vaccination due for Rex", text: "Rex is due for his rabies shot this month. Book a slot online." },
+  { key: "d-doctor", from: "clinic@health.example", subject: "Lab results available", text: "Your blood test results are ready in the patient portal." },
+  { key: "d-return", from: "returns@shop.example", subject: "Return label", text: "Print the attached label and drop the box at any post office within 14 days." },
+  { key: "d-reunion", from: "alumni@school.example", subject: "Class reunion", text: "Ten years already! Join us at the old campus cafe on the first Saturday of July." },
+  { key: "d-insurance", from: "claims@insure.example", subject: "Claim update", text: "Your claim for the cracked windshield was approved; the glass shop will call you." },
+  { key: "d-water", from: "statements@water.example", subject: "Water bill", text: "Your quarterly water statement is 61.30, due on the 15th." },
+  { key: "d-mortgage", from: "loans@bank.example", subject: "Mortgage rate offer", text: "Lock in a fixed rate of 5.1% for your home loan before the end of the month." },
+  { key: "d-cfp", from: "program@conf.example", subject: "Call for papers closes Friday", text: "Submit your abstract for the spring meetup before the deadline." },
+  { key: "d-recipe", from: "news@kitchen.example", subject: "Weekly recipes", text: "Three quick pasta dishes and a lemon cake for the weekend." },
+  { key: "d-school", from: "office@school.example", subject: "School closed Monday", text: "The building will be closed for repairs; classes resume on Tuesday." }
+]
+
 /** Queries that mean one message but share no content word with it. */
 export const PARAPHRASES: ReadonlyArray<{ readonly q: string; readonly key: string }> = [
   { q: "money requested for advisory work", key: "invoice" },

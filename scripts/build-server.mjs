@@ -14,5 +14,7 @@ const common = { absWorkingDir: root, bundle: true, platform: "node", target: "n
 await Promise.all([
   // dist/server/ is two levels below the root, as src/platform/ is: `../../migrations` resolves alike.
   build({ ...common, entryPoints: ["src/main.ts"], format: "esm", outfile: "dist/server/main.mjs" }),
-  build({ ...common, entryPoints: ["src/inbound/AnalyzeWorker.ts"], format: "cjs", outfile: "dist/server/AnalyzeWorker.cjs" })
+  build({ ...common, entryPoints: ["src/inbound/AnalyzeWorker.ts"], format: "cjs", outfile: "dist/server/AnalyzeWorker.cjs" }),
+  // The in-process embedding model's worker (src/search/LocalModel.ts loads `./ModelWorker.cjs` beside itself).
+  build({ ...common, entryPoints: ["src/search/ModelWorker.cjs"], format: "cjs", outfile: "dist/server/ModelWorker.cjs" })
 ])

@@ -36,6 +36,9 @@ import { IdentityMaintenanceLive } from "./identity/Maintenance.js"
 import { InboundStore } from "./inbound/Store.js"
 import { Threading } from "./threads/Threading.js"
 import { ThreadsHttpLive } from "./threads/Http.js"
+import { EmbeddingBacklogLive } from "./search/Backlog.js"
+import { EmbedderLive } from "./search/Embedder.js"
+import { SearchHttpLive } from "./search/Http.js"
 import { Recipients } from "./inbound/Recipients.js"
 import { SmtpServerLive } from "./inbound/SmtpServer.js"
 import { InboxHttpLive } from "./inbox/Http.js"
@@ -101,6 +104,8 @@ export const DeliveryServicesLive = Layer.mergeAll(
   FunctionRuntime.Default,
   // One verified-sender lookup (and its batch workers) for ingestion; the send path resolves handles with it.
   RegistryDirectory.Default,
+  // One embedder (the in-process model's worker, or the HTTP client) for search queries and the embedding backlog.
+  EmbedderLive,
   // Events that are not about one email (payments), through the same delivery path.
   OrgEvents.Default,
   // Payments: the HTTP flow's handlers and the email rail's ingestion share one service.
@@ -132,7 +137,8 @@ const AreaHandlers = [
   WakesHttpLive,
   PaymentsHttpLive,
   DemoHttpLive,
-  ThreadsHttpLive
+  ThreadsHttpLive,
+  SearchHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
@@ -167,6 +173,7 @@ const AreaWorkers = [
   DeliveryCountsMaintenanceLive,
   FunctionsMaintenanceLive,
   WakeTimersLive(),
+  EmbeddingBacklogLive(),
   ProcessStatsLive
 ] as const
 

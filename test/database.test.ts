@@ -2,7 +2,6 @@
  * The database layer and start-up: concurrent migrations against one server, configuration
  * validation, the operator command, and the health probe when the database goes away.
  */
-import { PGlite } from "@electric-sql/pglite"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
@@ -11,7 +10,7 @@ import { ConfigProvider, Duration, Effect, Layer, Option, Redacted } from "effec
 import { appConfig } from "../src/platform/Config.js"
 import { execFile } from "node:child_process"
 import { readdirSync } from "node:fs"
-import { MIGRATIONS_DIR, migrate } from "../src/platform/Database.js"
+import { MIGRATIONS_DIR, migrate, openPglite } from "../src/platform/Database.js"
 import { DeliveryServicesLive, HttpLive, PlatformServicesLive, loggerLayer } from "../src/Server.js"
 import { freePort, scratchDatabase, tempDir, testConfigLayer } from "./support/harness.js"
 import { fetchReply } from "./support/http.js"
@@ -42,7 +41,7 @@ describe("database", () => {
       const url = yield* ownDatabase
       if (Option.isNone(url)) {
         // Embedded: one backend, so concurrency is serialized by the single connection.
-        const db = yield* Effect.acquireRelease(Effect.promise(() => PGlite.create()), (d) => Effect.promise(() => d.close()))
+        const db = yield* Effect.acquireRelease(Effect.promise(() => openPglite()), (d) => Effect.promise(() => d.close()))
         const server = yield* Effect.acquireRelease(
           Effect.promise(async () => {
             const s = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 1 })
@@ -122,7 +121,7 @@ describe("database", () => {
     Effect.gen(function*() {
       const dir = yield* tempDir
       const port = yield* Effect.promise(freePort)
-      const db = yield* Effect.acquireRelease(Effect.promise(() => PGlite.create()), (d) => Effect.promise(() => d.close()).pipe(Effect.ignore))
+      const db = yield* Effect.acquireRelease(Effect.promise(() => openPglite()), (d) => Effect.promise(() => d.close()).pipe(Effect.ignore))
       const socket = yield* Effect.promise(async () => {
         const s = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 1 })
         await s.start()

@@ -3,7 +3,6 @@
  * 250), the API answers 503/500 envelopes, and both recover by themselves when it returns. The
  * service talks to its database through a TCP proxy the test cuts and restores.
  */
-import { PGlite } from "@electric-sql/pglite"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { PgClient } from "@effect/sql-pg"
 import { describe, expect, it } from "@effect/vitest"
@@ -12,7 +11,7 @@ import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { DispatcherLive } from "../src/deliveries/Dispatcher.js"
 import { SmtpServerLive } from "../src/inbound/SmtpServer.js"
-import { DatabaseKind, migrate } from "../src/platform/Database.js"
+import { DatabaseKind, migrate, openPglite } from "../src/platform/Database.js"
 import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive } from "../src/Server.js"
 import { freePort, scratchDatabase, tempDir, testConfigLayer } from "./support/harness.js"
 import { fetchReply } from "./support/http.js"
@@ -25,7 +24,7 @@ const upstream = Effect.gen(function*() {
     const u = new URL(url.value)
     return { host: u.hostname, port: Number(u.port || 5432), database: u.pathname.slice(1), username: u.username || "postgres" }
   }
-  const db = yield* Effect.acquireRelease(Effect.promise(() => PGlite.create()), (d) => Effect.promise(() => d.close()).pipe(Effect.ignore))
+  const db = yield* Effect.acquireRelease(Effect.promise(() => openPglite()), (d) => Effect.promise(() => d.close()).pipe(Effect.ignore))
   const socket = yield* Effect.acquireRelease(
     Effect.promise(async () => {
       const s = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 1 })

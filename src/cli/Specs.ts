@@ -927,3 +927,50 @@ export const demoDeliveries = leaf({
   args: {},
   examples: ["mailroom demo deliveries --status pending"]
 })
+
+// --- threads and search ------------------------------------------------------------------------
+
+export const threadsList = leaf({
+  name: "list",
+  summary: "Conversations across received and sent mail, last activity first",
+  flags: {
+    ...paging,
+    from: text("from", "DATE", "last activity at or after this time (ISO 8601)"),
+    to: text("to", "DATE", "last activity at or before this time (ISO 8601)"),
+    participant: text("participant", "ADDRESS", "only threads with a message from, to or cc this address")
+  },
+  args: {},
+  examples: ["mailroom threads list", "mailroom threads list --participant ada@example.com --json"]
+})
+
+export const threadsGet = leaf({
+  name: "get",
+  summary: "One conversation with its messages, oldest first",
+  flags: {},
+  args: { id: idArg("thread", "mailroom threads list") },
+  examples: [`mailroom threads get ${ID}`]
+})
+
+export const search = leaf({
+  name: "search",
+  summary: "Search received and sent mail (hybrid by default: full-text and meaning)",
+  description: "Lexical syntax: \"a phrase\", -exclude, or. Semantic search finds mail by meaning (it need not share " +
+    "a word with the query); hybrid fuses both. The table shows which legs found each message. Needs the search " +
+    "entitlement (developer plan and above).",
+  flags: {
+    mode: choice("mode", ["hybrid", "lexical", "semantic"], "how to search (default hybrid)"),
+    scope: choice("scope", ["all", "received", "sent"], "which mail (default all)"),
+    limit: integer("limit", "results, 1 to 50 (default 20)", { min: 1, max: 50 }),
+    from: text("from", "ADDRESS", "only mail from this address"),
+    to: text("to", "ADDRESS", "only mail to (or cc) this address"),
+    dateFrom: text("date-from", "DATE", "on or after this time (ISO 8601)"),
+    dateTo: text("date-to", "DATE", "on or before this time (ISO 8601)"),
+    thread: uuid("thread", "only this thread's messages", { field: "thread_id" })
+  },
+  args: { query: textArg("query", "what to look for, 1 to 500 characters") },
+  examples: [
+    "mailroom search \"invoice march\"",
+    "mailroom search \"flight to Berlin\" --mode semantic --scope received",
+    "mailroom search '\"quarterly report\" -draft' --mode lexical --json"
+  ]
+})

@@ -47,6 +47,7 @@ const wake = () => import("./commands/wake.js")
 const registries = () => import("./commands/registries.js")
 const demo = () => import("./commands/demo.js")
 const payments = () => import("./commands/payments.js")
+const conversations = () => import("./commands/conversations.js")
 
 export { globalFlags }
 
@@ -175,6 +176,11 @@ export const root: Group = group(
       cmd(S.registriesApprove, () => registries().then((m) => m.registriesApprove)),
       cmd(S.registriesReject, () => registries().then((m) => m.registriesReject))
     ]),
+    group("threads", "Conversations across received and sent mail", ["mailroom threads list", `mailroom threads get <id>`], [
+      cmd(S.threadsList, () => conversations().then((m) => m.threadsList)),
+      cmd(S.threadsGet, () => conversations().then((m) => m.threadsGet))
+    ]),
+    cmd(S.search, () => conversations().then((m) => m.search)),
     group("wake", "Scheduled commands for your functions, and who may mail them", [
       "mailroom wake add triage --type digest --cron '0 8 * * *'",
       "mailroom wake list"

@@ -20,6 +20,8 @@ import { Cause, Context, Data, Effect, Exit, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { makeBatcher } from "../platform/Batching.js"
 import { sqlState } from "../platform/SqlErrors.js"
+import { AppConfig } from "../platform/Config.js"
+import { documentRow } from "../search/Document.js"
 import { Threading } from "../threads/Threading.js"
 import type { AuthResults } from "./Authenticity.js"
 import type { CommandPart } from "../wake/Message.js"
@@ -123,11 +125,13 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const threading = yield* Threading
+    const indexing = (yield* AppConfig).searchIndexing
 
     /** One statement storing every copy of the given transactions (and what is attached to them). */
     const write = (transactions: ReadonlyArray<Transaction>) => {
       const emails: Array<Record<string, unknown>> = []
       const contents: Array<Record<string, unknown>> = []
+      const documents: Array<Record<string, unknown>> = []
       const attached: Array<Statement.Fragment> = []
       for (const { copies, merges, message } of transactions) {
         attached.push(...merges)
@@ -165,12 +169,30 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
             helo: message.helo
           })
           contents.push({ email_id: email.id, raw: message.raw.subarray(0, RAW_PIECE_BYTES), text_body: p.text, html_body: p.html })
+          // Spam-rejected mail is stored but never searched.
+          if (indexing && email.status === "accepted") {
+            documents.push(documentRow({
+              id: email.id,
+              orgId: r.orgId,
+              kind: "received",
+              emailId: email.id,
+              fromAddress: p.from?.address ?? null,
+              fromName: p.from?.name ?? null,
+              recipients: [...p.to, ...p.cc, r.address],
+              subject: p.subject,
+              text: p.text,
+              html: p.html
+            }))
+          }
           if (Option.isSome(extra)) attached.push(extra.value)
         }
       }
       // Data-modifying CTEs run to completion whether or not the main query reads them; the ids
       // are chosen here, so no part needs another's output.
       const more = attached.map((f, i) => sql`, ${sql.literal(`attached_${i}`)} AS (${f})`)
+      if (documents.length > 0) {
+        more.push(sql`, stored_documents AS (INSERT INTO search_documents ${sql.insert(documents)})`)
+      }
       return sql`
         WITH stored_emails AS (INSERT INTO emails ${sql.insert(emails)}),
         stored_contents AS (INSERT INTO email_contents ${sql.insert(contents)})${sql.join("", false)(more)}

@@ -50,6 +50,14 @@ export interface AppConfigShape {
   readonly x402FacilitatorUrl: Option.Option<string>
   /** How long one settlement may take (broadcast and receipt) before it counts as unavailable. */
   readonly x402SettleTimeout: Duration.Duration
+  /** An OpenAI-compatible embeddings service (`{base}/embeddings`); none: the in-process model. */
+  readonly embeddingsUrl: Option.Option<string>
+  readonly embeddingsApiKey: Option.Option<Redacted.Redacted<string>>
+  readonly embeddingsModel: Option.Option<string>
+  /** The whole of one search, query embedding included; past it, 504 `search_timeout`. */
+  readonly searchTimeout: Duration.Duration
+  /** Index new mail for search (lexical at once, embeddings by the backlog); off only to measure its cost. */
+  readonly searchIndexing: boolean
 }
 
 /** Networks the payments area knows how to settle on (its table of USDC contracts). */
@@ -212,7 +220,12 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     )
   ),
   x402FacilitatorUrl: Config.option(url("X402_FACILITATOR_URL", ["http:", "https:"])),
-  x402SettleTimeout: duration("X402_SETTLE_TIMEOUT", "30s")
+  x402SettleTimeout: duration("X402_SETTLE_TIMEOUT", "30s"),
+  embeddingsUrl: Config.option(url("EMBEDDINGS_URL", ["http:", "https:"])),
+  embeddingsApiKey: Config.option(Config.redacted("EMBEDDINGS_API_KEY")),
+  embeddingsModel: Config.option(Config.string("EMBEDDINGS_MODEL")),
+  searchTimeout: duration("SEARCH_TIMEOUT", "2s"),
+  searchIndexing: bool("SEARCH_INDEXING", true)
 }).pipe(
   Config.mapOrFail((c) => {
     const rpc = Option.isSome(c.x402RpcUrl)

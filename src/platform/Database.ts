@@ -8,6 +8,7 @@
  * The embedded database belongs to one process; several processes need a PostgreSQL server.
  */
 import { PGlite } from "@electric-sql/pglite"
+import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { Migrator, SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
@@ -125,13 +126,19 @@ const initializeDataDir = (dataDir: string) =>
     })
   })
 
+/** Extensions the migrations create; PGlite loads them only when given at creation. */
+export const PGLITE_EXTENSIONS = { pg_trgm }
+
+/** An embedded database (in memory without a directory) with the extensions the schema needs. */
+export const openPglite = (dataDir?: string) => PGlite.create(dataDir ?? "memory://", { extensions: PGLITE_EXTENSIONS })
+
 /** Embedded PostgreSQL served on an ephemeral loopback port, closed with the scope. */
 export const layerPglite = (dataDir: string | undefined) =>
   Layer.unwrapScoped(Effect.gen(function*() {
     if (dataDir !== undefined) yield* lockDataDir(dataDir)
     if (dataDir !== undefined) yield* initializeDataDir(dataDir)
     const db = yield* Effect.acquireRelease(
-      Effect.promise(() => PGlite.create(dataDir ?? "memory://")),
+      Effect.promise(() => openPglite(dataDir)),
       (db) => Effect.promise(() => db.close()).pipe(Effect.ignore)
     )
     const server = yield* Effect.acquireRelease(

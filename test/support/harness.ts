@@ -16,6 +16,7 @@ import { AppConfig, appConfig } from "../../src/platform/Config.js"
 import { DatabaseLive } from "../../src/platform/Database.js"
 import { SmtpServerLive } from "../../src/inbound/SmtpServer.js"
 import { DispatcherLive } from "../../src/deliveries/Dispatcher.js"
+import { type BacklogOptions, EmbeddingBacklogLive } from "../../src/search/Backlog.js"
 import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive, WakeTimersLive } from "../../src/Server.js"
 
 /**
@@ -98,8 +99,8 @@ export const testDatabase = (overrides: Record<string, string> = {}) =>
     return DatabaseLive.pipe(Layer.provideMerge(testConfigLayer(env)))
   }))
 
-/** One HTTP server on a free port over the given database layer's services. */
-export const testServerOn = () =>
+/** One HTTP server on a free port over the given database layer's services (and the embedding backlog when asked). */
+export const testServerOn = (options: { readonly embeddingBacklog?: BacklogOptions } = {}) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     const base = yield* AppConfig
     const port = yield* Effect.promise(freePort)
@@ -111,6 +112,7 @@ export const testServerOn = () =>
       SmtpServerLive,
       DispatcherLive({ concurrency: 16, pollMs: 50 }),
       WakeTimersLive({ pollMs: 50 }),
+      options.embeddingBacklog === undefined ? Layer.empty : EmbeddingBacklogLive(options.embeddingBacklog),
       Layer.succeed(TestServer, { port, smtpPort, baseUrl })
     ).pipe(
       Layer.provide(DeliveryServicesLive),
@@ -121,8 +123,8 @@ export const testServerOn = () =>
   })).pipe(Layer.retry(retryOnPortConflict))
 
 /** The usual fixture: one database, one server, the SqlClient for assertions. */
-export const testService = (overrides: Record<string, string> = {}) =>
-  testServerOn().pipe(Layer.provideMerge(testDatabase(overrides)))
+export const testService = (overrides: Record<string, string> = {}, options: { readonly embeddingBacklog?: BacklogOptions } = {}) =>
+  testServerOn(options).pipe(Layer.provideMerge(testDatabase(overrides)))
 
 /**
  * A clock tests can move forward: provided to the service (`testService(env, clock)`), every expiry

@@ -1,0 +1,93 @@
+/**
+ * The embedding backlog: search documents without an embedding for the configured model, embedded
+ * off the ingest path. Every process polls and claims small batches with a lease (SKIP LOCKED), so
+ * several processes share the work and a process that dies leaves its lease to expire. A batch the
+ * embedder fails on is released with a growing delay (capped) and tried again, for as long as it
+ * takes: mail is never refused or delayed for it, it is only found lexically meanwhile.
+ */
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect, Layer } from "effect"
+import { embeddingText } from "./Document.js"
+import { Embedder } from "./Embedder.js"
+import { toBytes } from "./Vectors.js"
+
+export interface BacklogOptions {
+  /** How often to look for work when there was none (default 500 ms). */
+  readonly pollMs?: number
+  /** Documents per embedding call (default 16: small, so a query waits little behind a batch). */
+  readonly batch?: number
+  /** Longest delay between two tries of a failing batch (default 5 minutes). */
+  readonly maxRetryDelayMs?: number
+}
+
+const LEASE = "60 seconds"
+
+/** Delay before the `attempt`-th retry: 1 s, 2 s, 4 s … up to `max`. */
+export const retryDelayMs = (attempt: number, max: number) => Math.min(max, 1000 * 2 ** Math.max(0, attempt - 1))
+
+export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
+  Layer.scopedDiscard(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const embedder = yield* Embedder
+    const pollMs = options.pollMs ?? 500
+    const batch = options.batch ?? 16
+    const maxDelay = options.maxRetryDelayMs ?? 300_000
+
+    // Vectors of another model cannot be compared with this one's: their documents are embedded again.
+    yield* sql`UPDATE search_documents SET embedded_at = NULL, embed_next_at = now(), embed_attempts = 0
+                WHERE embedded_at IS NOT NULL
+                  AND id IN (SELECT id FROM search_embeddings WHERE model <> ${embedder.model})`.pipe(
+      Effect.catchAllCause((cause) => Effect.logWarning("embedding backlog: could not requeue vectors of another model", cause))
+    )
+
+    const claim = sql<{ id: string; org_id: string; subject: string | null; body: string | null; embed_attempts: number }>`
+      UPDATE search_documents d SET embed_lease_until = now() + ${LEASE}::interval, embed_attempts = d.embed_attempts + 1
+       WHERE d.id IN (
+         SELECT id FROM search_documents
+          WHERE embedded_at IS NULL AND embed_next_at <= now() AND (embed_lease_until IS NULL OR embed_lease_until < now())
+          ORDER BY embed_next_at LIMIT ${batch} FOR UPDATE SKIP LOCKED)
+      RETURNING d.id, d.org_id, d.subject, left(d.body, 2000) AS body, d.embed_attempts`
+
+    const pass = Effect.gen(function*() {
+      const docs = yield* claim
+      if (docs.length === 0) return 0
+      const outcome = yield* Effect.either(embedder.embed(docs.map((d) => embeddingText(d.subject, d.body)), { priority: "backlog" }))
+      if (outcome._tag === "Left") {
+        const attempts = Math.max(...docs.map((d) => d.embed_attempts))
+        const delay = retryDelayMs(attempts, maxDelay)
+        yield* Effect.logWarning(`embedding backlog: ${docs.length} documents not embedded (${outcome.left.message}); retried in ${delay} ms`)
+        yield* sql`UPDATE search_documents SET embed_lease_until = NULL, embed_error = ${outcome.left.message.slice(0, 500)},
+                     embed_next_at = now() + ${`${delay} milliseconds`}::interval
+                    WHERE id IN ${sql.in(docs.map((d) => d.id))}`
+        return 0
+      }
+      const rows = docs.map((d, i) => ({
+        id: d.id,
+        org_id: d.org_id,
+        model: embedder.model,
+        dims: outcome.right[i]!.length,
+        vector: toBytes(outcome.right[i]!)
+      }))
+      // A document deleted meanwhile has nothing to attach its vector to: only those still there are written.
+      yield* sql`
+        WITH v AS (INSERT INTO search_embeddings (id, org_id, model, dims, vector)
+                   SELECT x.id, x.org_id, x.model, x.dims, x.vector
+                     FROM (SELECT * FROM (VALUES ${sql.join(", ", false)(rows.map((r) => sql`(${r.id}::uuid, ${r.org_id}::uuid, ${r.model}, ${r.dims}::int, ${r.vector}::bytea)`))}) AS t(id, org_id, model, dims, vector)) x
+                    WHERE EXISTS (SELECT 1 FROM search_documents d WHERE d.id = x.id)
+                   ON CONFLICT (id) DO UPDATE SET model = excluded.model, dims = excluded.dims, vector = excluded.vector,
+                     seq = nextval(pg_get_serial_sequence('search_embeddings', 'seq')))
+        UPDATE search_documents SET embedded_at = now(), embed_lease_until = NULL, embed_error = NULL
+         WHERE id IN ${sql.in(rows.map((r) => r.id))}`
+      return docs.length
+    })
+
+    const loop = Effect.gen(function*() {
+      while (true) {
+        const done = yield* pass.pipe(
+          Effect.catchAllCause((cause) => Effect.as(Effect.logError("embedding backlog: a pass failed", cause), 0))
+        )
+        if (done < batch) yield* Effect.sleep(Duration.millis(pollMs))
+      }
+    })
+    yield* Effect.forkScoped(loop)
+  }))

@@ -1,0 +1,38 @@
+/** Handlers of Search. */
+import { HttpApiBuilder } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { Effect, Layer } from "effect"
+import { MailroomApi } from "../Api.js"
+import { requireEntitlement } from "../account/Entitlement.js"
+import { CurrentPrincipal } from "../contract/Security.js"
+import { DEFAULT_SEARCH_LIMIT } from "./Api.js"
+import { SearchRepo } from "./Repo.js"
+import { Search } from "./Search.js"
+import { VectorIndex } from "./Vectors.js"
+
+export const SearchHttpLive = HttpApiBuilder.group(MailroomApi, "search", (handlers) =>
+  Effect.gen(function*() {
+    const search = yield* Search
+    const sql = yield* SqlClient.SqlClient
+    return handlers.handle("search", ({ urlParams: p }) =>
+      Effect.gen(function*() {
+        const { orgId } = yield* CurrentPrincipal
+        yield* requireEntitlement(orgId, "search", "search").pipe(Effect.provideService(SqlClient.SqlClient, sql))
+        const mode = p.mode ?? "hybrid"
+        const { meta, results } = yield* search.search({
+          orgId,
+          q: p.q,
+          mode,
+          limit: p.limit ?? DEFAULT_SEARCH_LIMIT,
+          filters: {
+            scope: p.scope ?? "all",
+            from: p.from,
+            to: p.to,
+            dateFrom: p.date_from,
+            dateTo: p.date_to,
+            threadId: p.thread_id
+          }
+        })
+        return { success: true as const, data: { results }, meta }
+      }))
+  })).pipe(Layer.provide(Search.Default), Layer.provide([SearchRepo.Default, VectorIndex.Default]))

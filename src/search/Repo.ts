@@ -1,0 +1,109 @@
+/** SQL of Search: the lexical leg, the documents a filter allows, and hits read back for display. */
+import { SqlClient, type Statement } from "@effect/sql"
+import { Effect } from "effect"
+import type { SearchScope } from "./Api.js"
+import { parseQuery } from "./Query.js"
+
+export interface SearchFilters {
+  readonly scope: SearchScope
+  readonly from?: string | undefined
+  readonly to?: string | undefined
+  readonly dateFrom?: Date | undefined
+  readonly dateTo?: Date | undefined
+  readonly threadId?: string | undefined
+}
+
+export interface Ranked {
+  readonly id: string
+  readonly score: number
+}
+
+export interface HitRow {
+  readonly id: string
+  readonly kind: "received" | "sent"
+  readonly thread_id: string | null
+  readonly subject: string | null
+  readonly from_address: string | null
+  readonly to_addresses: ReadonlyArray<string>
+  readonly at: Date
+  readonly body: string | null
+}
+
+/** word_similarity above which a subject or sender word counts as a misspelling of the query (0.6 missed `invoce`). */
+const TRIGRAM_THRESHOLD = 0.5
+/** Typo-only hits rank below every full-text hit: their score is scaled into (0, 0.01]. */
+const TRIGRAM_SCALE = 0.01
+
+export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const filtersOf = (orgId: string, f: SearchFilters): Statement.Fragment => {
+      const conds = [sql`d.org_id = ${orgId}`]
+      if (f.scope !== "all") conds.push(sql`d.kind = ${f.scope}`)
+      if (f.from !== undefined) conds.push(sql`d.from_address = ${f.from.toLowerCase()}`)
+      if (f.to !== undefined) conds.push(sql`d.recipients @> jsonb_build_array(${f.to.toLowerCase()}::text)`)
+      if (f.dateFrom !== undefined) conds.push(sql`d.at >= ${f.dateFrom}`)
+      if (f.dateTo !== undefined) conds.push(sql`d.at <= ${f.dateTo}`)
+      if (f.threadId !== undefined) {
+        conds.push(sql`EXISTS (SELECT 1 FROM emails e WHERE e.id = d.email_id AND e.thread_id = ${f.threadId})`)
+      }
+      return sql.and(conds)
+    }
+
+    /**
+     * Full-text hits (websearch syntax, weighted subject > sender > body) then, below them, subject
+     * or sender words within trigram distance of the query (misspellings), excluded terms honoured
+     * by both. The trigram leg runs only when the full-text hits do not fill the list: a word common
+     * enough to have that many exact hits is spelled right, and on a large mailbox the trigram scan of
+     * a common word costs more than the full-text search itself. One transaction: the trigram threshold and the statement timeout are set for it alone.
+     */
+    const lexical = (orgId: string, q: string, f: SearchFilters, k: number, timeoutMs: number) =>
+      Effect.gen(function*() {
+        const where = filtersOf(orgId, f)
+        const parsed = parseQuery(q)
+        const excluded = parsed.excluded.length === 0
+          ? sql`true`
+          : sql`NOT (d.tsv @@ websearch_to_tsquery('english', ${parsed.excluded.join(" or ")}))`
+        const trigram = parsed.positive.length >= 3
+        yield* sql`SELECT set_config('statement_timeout', ${String(Math.max(1, Math.ceil(timeoutMs)))}, true),
+                          set_config('pg_trgm.word_similarity_threshold', ${String(TRIGRAM_THRESHOLD)}, true)`
+        return yield* sql<Ranked & { readonly at: Date }>`
+          WITH fts AS (
+            SELECT d.id, d.at, ts_rank_cd(d.tsv, query, 32) AS score
+              FROM search_documents d, websearch_to_tsquery('english', ${q}) query
+             WHERE ${where} AND d.tsv @@ query
+             ORDER BY score DESC, d.at DESC, d.id DESC LIMIT ${k}),
+          trg AS (
+            SELECT d.id, d.at, word_similarity(${parsed.positive}, d.names) * ${TRIGRAM_SCALE} AS score
+              FROM search_documents d
+             WHERE ${trigram ? sql`true` : sql`false`} AND (SELECT count(*) FROM fts) < ${k}
+               AND ${where} AND ${parsed.positive} <% d.names AND ${excluded}
+               AND d.id NOT IN (SELECT id FROM fts)
+             ORDER BY score DESC, d.at DESC, d.id DESC LIMIT ${k})
+          SELECT id, at, score::float8 AS score FROM (SELECT * FROM fts UNION ALL SELECT * FROM trg) hits
+           ORDER BY score DESC, at DESC, id DESC LIMIT ${k}`
+      }).pipe(sql.withTransaction)
+
+    /** Every document of the organization a filter allows (the semantic leg ranks only those). */
+    const allowed = (orgId: string, f: SearchFilters) =>
+      Effect.map(sql<{ id: string }>`SELECT d.id FROM search_documents d WHERE ${filtersOf(orgId, f)}`, (rows) => new Set(rows.map((r) => r.id)))
+
+    /** The hits to show, in any order; ids no longer there (deleted) are simply absent. */
+    const hydrate = (orgId: string, ids: ReadonlyArray<string>) =>
+      ids.length === 0 ? Effect.succeed<ReadonlyArray<HitRow>>([]) : sql<HitRow>`
+        SELECT d.id, d.kind, e.thread_id, d.subject, d.from_address, coalesce(e.to_addresses, '[]'::jsonb) AS to_addresses,
+               d.at, left(d.body, 1000) AS body
+          FROM search_documents d LEFT JOIN emails e ON e.id = d.email_id
+         WHERE d.org_id = ${orgId} AND d.id IN ${sql.in(ids)}`
+
+    /** Which of these documents still have a vector of this model. */
+    const embedded = (orgId: string, model: string, ids: ReadonlyArray<string>) =>
+      ids.length === 0 ? Effect.succeed(new Set<string>()) : Effect.map(
+        sql<{ id: string }>`SELECT id FROM search_embeddings WHERE org_id = ${orgId} AND model = ${model} AND id IN ${sql.in(ids)}`,
+        (rows) => new Set(rows.map((r) => r.id))
+      )
+
+    return { lexical, allowed, hydrate, embedded } as const
+  })
+}) {}

@@ -1,0 +1,151 @@
+/**
+ * One search: the lexical leg, the semantic leg (the query embedded, then the organization's
+ * vectors ranked exactly), or both fused by reciprocal rank fusion, under one time budget
+ * (`SEARCH_TIMEOUT`) that covers everything, the query's embedding included.
+ */
+import { Clock, Duration, Effect } from "effect"
+import { SearchTimeout, ServiceUnavailable } from "../contract/Errors.js"
+import { AppConfig } from "../platform/Config.js"
+import type { Leg, SearchMode, SearchResult } from "./Api.js"
+import { Embedder } from "./Embedder.js"
+import { type HitRow, type Ranked, type SearchFilters, SearchRepo } from "./Repo.js"
+import { VectorIndex } from "./Vectors.js"
+
+/** RRF's constant: 1 / (k + rank), rank from 1. 60 is the value of the original paper and of most engines. */
+export const RRF_K = 60
+
+export interface Fused {
+  readonly id: string
+  readonly score: number
+  readonly matched: ReadonlyArray<Leg>
+}
+
+/**
+ * Reciprocal rank fusion of ranked lists. Ties (equal fused score) are broken by `tieBreak`
+ * (newest first, then id) so the same inputs always give the same order.
+ */
+export const fuse = (
+  lists: ReadonlyArray<{ readonly leg: Leg; readonly ranked: ReadonlyArray<Ranked> }>,
+  tieBreak: (a: string, b: string) => number
+): Array<Fused> => {
+  const acc = new Map<string, { score: number; matched: Array<Leg> }>()
+  for (const { leg, ranked } of lists) {
+    ranked.forEach((r, i) => {
+      const entry = acc.get(r.id) ?? { score: 0, matched: [] }
+      entry.score += 1 / (RRF_K + i + 1)
+      entry.matched.push(leg)
+      acc.set(r.id, entry)
+    })
+  }
+  return [...acc.entries()]
+    .map(([id, e]) => ({ id, score: e.score, matched: [...e.matched].sort() }))
+    .sort((a, b) => b.score - a.score || tieBreak(a.id, b.id))
+}
+
+const snippet = (body: string | null) => Array.from((body ?? "").replace(/\s+/g, " ").trim()).slice(0, 200).join("")
+
+export interface SearchRequest {
+  readonly orgId: string
+  readonly q: string
+  readonly mode: SearchMode
+  readonly limit: number
+  readonly filters: SearchFilters
+}
+
+export class Search extends Effect.Service<Search>()("mailroom/Search", {
+  effect: Effect.gen(function*() {
+    const repo = yield* SearchRepo
+    const vectors = yield* VectorIndex
+    const embedder = yield* Embedder
+    const config = yield* AppConfig
+    const budgetMs = Duration.toMillis(config.searchTimeout)
+
+    /** Candidates per leg: more than shown, so fusion has something to agree on. */
+    const legSize = (limit: number) => Math.min(100, Math.max(50, limit * 2))
+
+    const semantic = (r: SearchRequest, k: number) =>
+      Effect.gen(function*() {
+        // Hybrid answers with its lexical leg when the embedder fails; semantic has nothing else to offer.
+        const embedded = yield* Effect.either(embedder.embed([r.q], { priority: "query" }))
+        if (embedded._tag === "Left") {
+          if (r.mode === "semantic") {
+            return yield* new ServiceUnavailable({
+              message: `semantic search is unavailable: the embedding model failed (${embedded.left.message})`,
+              details: { embedding_model: embedder.model }
+            })
+          }
+          yield* Effect.logWarning(`search: the query was not embedded (${embedded.left.message}); answering with the lexical leg`)
+          return []
+        }
+        const query = embedded.right[0]
+        const f = r.filters
+        const filtered = f.scope !== "all" || f.from !== undefined || f.to !== undefined || f.dateFrom !== undefined ||
+          f.dateTo !== undefined || f.threadId !== undefined
+        const only = filtered ? yield* repo.allowed(r.orgId, f) : undefined
+        const near = yield* vectors.nearest(r.orgId, embedder.model, query!, k, only)
+        // A vector held in memory may be stale: its message's content discarded (or the message
+        // re-embedded) since. Only vectors still stored count.
+        const current = yield* repo.embedded(r.orgId, embedder.model, near.map((n) => n.id))
+        return near.filter((n) => current.has(n.id))
+      })
+
+    const run = (r: SearchRequest) =>
+      Effect.gen(function*() {
+        const started = yield* Clock.currentTimeMillis
+        const k = legSize(r.limit)
+        const remaining = Effect.map(Clock.currentTimeMillis, (now) => budgetMs - (now - started))
+        const lexicalLeg = Effect.flatMap(remaining, (ms) => repo.lexical(r.orgId, r.q, r.filters, k, ms))
+        const [lexical, sem] = yield* Effect.all([
+          r.mode === "semantic" ? Effect.succeed<ReadonlyArray<Ranked>>([]) : lexicalLeg,
+          r.mode === "lexical" ? Effect.succeed<ReadonlyArray<Ranked>>([]) : semantic(r, k)
+        ], { concurrency: "unbounded" })
+        // Read back more than needed: a vector may belong to a message deleted since.
+        const candidates = r.mode === "lexical"
+          ? lexical.map((x) => ({ id: x.id, score: x.score, matched: ["lexical" as const] }))
+          : r.mode === "semantic"
+          ? sem.map((x) => ({ id: x.id, score: x.score, matched: ["semantic" as const] }))
+          : fuse([{ leg: "lexical", ranked: lexical }, { leg: "semantic", ranked: sem }], () => 0)
+        const rows = yield* repo.hydrate(r.orgId, candidates.map((c) => c.id))
+        const byId = new Map<string, HitRow>(rows.map((row) => [row.id, row]))
+        const results: Array<SearchResult> = []
+        for (const c of candidates) {
+          const row = byId.get(c.id)
+          if (row === undefined) continue
+          results.push({
+            kind: row.kind,
+            id: row.id,
+            thread_id: row.thread_id,
+            subject: row.subject,
+            from: row.from_address,
+            to: row.to_addresses,
+            date: row.at,
+            snippet: snippet(row.body),
+            score: c.score,
+            matched: c.matched
+          })
+        }
+        // Best first; equal scores: newest first, then by id, so the order never depends on the engine.
+        results.sort((a, b) => b.score - a.score || b.date.getTime() - a.date.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+        const took = (yield* Clock.currentTimeMillis) - started
+        return {
+          results: results.slice(0, r.limit),
+          meta: { mode: r.mode, took_ms: Math.round(took), embedding_model: r.mode === "lexical" ? null : embedder.model }
+        }
+      })
+
+    const search = (r: SearchRequest) =>
+      run(r).pipe(
+        Effect.timeoutFail({
+          duration: config.searchTimeout,
+          onTimeout: () =>
+            new SearchTimeout({
+              message: `the search took longer than its ${budgetMs} ms budget`,
+              details: { timeout_ms: budgetMs, mode: r.mode }
+            })
+        }),
+        Effect.catchTag("SqlError", (e) => Effect.die(e))
+      )
+
+    return { search } as const
+  })
+}) {}

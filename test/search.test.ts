@@ -1,0 +1,272 @@
+/**
+ * Search with the default in-process model: lexical (words, phrases, exclusions, `or`, typos),
+ * filters and scope, organizations kept apart, semantic on paraphrases, hybrid on a mixed set, mail
+ * not embedded yet still found lexically, the entitlement and request validation.
+ */
+import { SqlClient } from "@effect/sql"
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import nodemailer, { type SendMailOptions } from "nodemailer"
+import { Provisioning } from "../src/identity/Provisioning.js"
+import { TestServer, testService } from "./support/harness.js"
+import { call } from "./support/http.js"
+import { CORPUS, DISTRACTORS, LEXICAL_QUERIES, PARAPHRASES, sharedWords } from "./support/searchCorpus.js"
+
+const Env = Provisioning.Default.pipe(
+  Layer.provideMerge(testService({ DNS_SERVER: "127.0.0.1:9", SEARCH_TIMEOUT: "20s" }, { embeddingBacklog: { pollMs: 50, batch: 32 } }))
+)
+
+const newOrg = (name: string, plan: "developer" | "agent" = "developer") =>
+  Effect.gen(function*() {
+    const p = yield* Provisioning
+    const org = yield* p.createOrganization({ name, plan })
+    const key = yield* p.issueApiKey(org.id)
+    return { orgId: org.id, apiKey: key.apiKey, address: org.managedInboxAddress }
+  })
+
+const send = (message: SendMailOptions) =>
+  Effect.flatMap(TestServer, (server) =>
+    Effect.promise(async () => {
+      const transport = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true })
+      try {
+        await transport.sendMail(message)
+      } finally {
+        transport.close()
+      }
+    }))
+
+/** Waits until the backlog has embedded every document. */
+const drained = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  for (let i = 0; i < 1200; i++) {
+    const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM search_documents WHERE embedded_at IS NULL`
+    if (rows[0]!.n === 0) return
+    yield* Effect.sleep("50 millis")
+  }
+  throw new Error("the embedding backlog did not drain")
+}).pipe(Effect.orDie)
+
+interface Hit {
+  readonly id: string
+  readonly kind: string
+  readonly subject: string
+  readonly from: string
+  readonly thread_id: string
+  readonly score: number
+  readonly matched: ReadonlyArray<string>
+  readonly date: string
+  readonly snippet: string
+  readonly to: ReadonlyArray<string>
+}
+
+/** The per-organization API rate limit is not under test here: each search starts with a clean window. */
+const resetLimits = Effect.flatMap(SqlClient.SqlClient, (sql) => sql`DELETE FROM rate_limit_windows`).pipe(Effect.orDie)
+
+const search = (token: string, params: Record<string, string>) =>
+  Effect.zipRight(resetLimits, Effect.map(call("GET", `/v1/search?${new URLSearchParams(params)}`, { token }), (r) => {
+    if (r.status !== 200) throw new Error(`search ${JSON.stringify(params)}: ${r.status} ${r.text}`)
+    return { results: r.body.data.results as ReadonlyArray<Hit>, meta: r.body.meta, body: r.body }
+  }))
+
+const subjects = (hits: ReadonlyArray<Hit>) => hits.map((h) => h.subject)
+
+layer(Env, { timeout: 300_000, excludeTestServices: true })("search", (it) => {
+  const state = { apiKey: "", address: "", otherKey: "", ids: new Map<string, string>() }
+
+  it.effect("stores a mailbox (and another organization's) and embeds it all", () =>
+    Effect.gen(function*() {
+      const org = yield* newOrg("Searcher")
+      const other = yield* newOrg("Other")
+      state.apiKey = org.apiKey
+      state.address = org.address
+      state.otherKey = other.apiKey
+      for (const m of [...CORPUS, ...DISTRACTORS]) {
+        yield* send({ from: m.from, to: org.address, subject: m.subject, text: m.text, messageId: `<${m.key}@corpus.example>` })
+      }
+      // The other organization's mail uses the very words searched below.
+      yield* send({ from: "billing@acme-consulting.com", to: other.address, subject: "Invoice #9999 for March", text: "consulting invoice Lisbon 88123" })
+      const sql = yield* SqlClient.SqlClient
+      const rows = yield* sql<{ id: string; message_id: string }>`SELECT id, message_id FROM emails WHERE org_id = ${org.orgId}`
+      for (const r of rows) state.ids.set(r.message_id.replace(/^<|@.*$/g, ""), r.id)
+      expect(state.ids.size).toBe(CORPUS.length + DISTRACTORS.length)
+      yield* drained
+      const vectors = yield* sql<{ n: number; dims: number }>`SELECT count(*)::int AS n, max(dims) AS dims FROM search_embeddings`
+      expect(vectors[0]).toEqual({ n: CORPUS.length + DISTRACTORS.length + 1, dims: 512 })
+    }))
+
+  describe("lexical", () => {
+    it.effect("finds exact words, phrases, alternatives, exclusions and misspellings, in the organization only", () =>
+      Effect.gen(function*() {
+        const k = state.apiKey
+        const word = yield* search(k, { q: "Lisbon", mode: "lexical" })
+        expect(subjects(word.results)).toEqual(["Wedding invitation"])
+        expect(word.results[0]!.matched).toEqual(["lexical"])
+        expect(word.results[0]).toMatchObject({ kind: "received", from: "anna@family.example", to: [state.address] })
+        expect(word.results[0]!.snippet.startsWith("Anna and Tom are getting married")).toBe(true)
+        expect(word.meta).toMatchObject({ mode: "lexical", embedding_model: null })
+        expect(typeof word.meta.took_ms).toBe("number")
+
+        // The subject outranks the sender: "security" is one's subject and the other's sender.
+        const weighted = yield* search(k, { q: "security", mode: "lexical" })
+        expect(subjects(weighted.results)).toEqual(["Security alert: new sign-in", "Your password was changed"])
+
+        const phrase = yield* search(k, { q: "\"checkout page\"", mode: "lexical" })
+        expect(subjects(phrase.results)).toEqual(["Bug in checkout page"])
+        const notPhrase = yield* search(k, { q: "\"page checkout\"", mode: "lexical" })
+        expect(notPhrase.results).toEqual([])
+
+        const either = yield* search(k, { q: "Lisbon or Madrid", mode: "lexical" })
+        expect(new Set(subjects(either.results))).toEqual(new Set(["Wedding invitation", "Security alert: new sign-in"]))
+
+        // English stemming: "accountant" is found by "account".
+        const all = yield* search(k, { q: "account", mode: "lexical" })
+        expect(new Set(subjects(all.results))).toEqual(new Set(["Your password was changed", "Security alert: new sign-in", "Tax return documents"]))
+        const excluded = yield* search(k, { q: "account -Madrid", mode: "lexical" })
+        expect(new Set(subjects(excluded.results))).toEqual(new Set(["Your password was changed", "Tax return documents"]))
+
+        const typo = yield* search(k, { q: "invoce", mode: "lexical" })
+        expect(subjects(typo.results)[0]).toBe("Invoice #4411 for March")
+        const typoSender = yield* search(k, { q: "lufthanza", mode: "lexical" })
+        expect(subjects(typoSender.results)).toEqual(["Flight to Berlin confirmed"])
+        // Exclusions bind the misspelling leg too.
+        const typoExcluded = yield* search(k, { q: "invoce -consulting", mode: "lexical" })
+        expect(subjects(typoExcluded.results)).not.toContain("Invoice #4411 for March")
+
+        const nothing = yield* search(k, { q: "zeppelin", mode: "lexical" })
+        expect(nothing.results).toEqual([])
+
+        // The other organization's matching message is never returned, and it sees only its own.
+        const mine = yield* search(k, { q: "88123", mode: "lexical" })
+        expect(subjects(mine.results)).toEqual(["Package delivered"])
+        const theirs = yield* search(state.otherKey, { q: "Lisbon", mode: "hybrid" })
+        expect(subjects(theirs.results)).toEqual(["Invoice #9999 for March"])
+        for (const mode of ["lexical", "semantic", "hybrid"]) {
+          const r = yield* search(state.otherKey, { q: "wedding in Lisbon", mode })
+          for (const h of r.results) expect(h.subject).toBe("Invoice #9999 for March")
+        }
+      }))
+
+    it.effect("filters by sender, recipient, date, thread and scope", () =>
+      Effect.gen(function*() {
+        const k = state.apiKey
+        const from = yield* search(k, { q: "account", mode: "lexical", from: "ALERTS@accounts.example" })
+        expect(subjects(from.results)).toEqual(["Security alert: new sign-in"])
+        const to = yield* search(k, { q: "account", mode: "lexical", to: state.address })
+        expect(to.results.length).toBe(3)
+        const toOther = yield* search(k, { q: "account", mode: "lexical", to: "nobody@example.com" })
+        expect(toOther.results).toEqual([])
+        const future = yield* search(k, { q: "account", date_from: new Date(Date.now() + 60_000).toISOString() })
+        expect(future.results).toEqual([])
+        const past = yield* search(k, { q: "account", mode: "lexical", date_to: new Date().toISOString() })
+        expect(past.results.length).toBe(3)
+        const hit = past.results[0]!
+        const inThread = yield* search(k, { q: "account", thread_id: hit.thread_id })
+        expect(inThread.results.map((h) => h.id)).toEqual([hit.id])
+        expect([...state.ids.values()]).toContain(hit.id)
+        const received = yield* search(k, { q: "account", scope: "received", mode: "lexical" })
+        expect(received.results.length).toBe(3)
+        const sent = yield* search(k, { q: "account", scope: "sent" })
+        expect(sent.results).toEqual([])
+        // A semantic search honours filters too.
+        const semFiltered = yield* search(k, { q: "airplane trip", mode: "semantic", from: "frontdesk@smile.example" })
+        expect(subjects(semFiltered.results)).toEqual(["Dentist appointment reminder"])
+      }))
+  })
+
+  describe("semantic and hybrid", () => {
+    it.effect("the paraphrase set reaches hit@3 ≥ 14/20 with the default model", () =>
+      Effect.gen(function*() {
+        let hits = 0
+        const missed: Array<string> = []
+        for (const p of PARAPHRASES) {
+          const target = CORPUS.find((m) => m.key === p.key)!
+          // The set is honest: no query shares a content word with the message it means.
+          expect(sharedWords(p.q, target), p.q).toEqual([])
+          const r = yield* search(state.apiKey, { q: p.q, mode: "semantic", limit: "3" })
+          expect(r.results.length).toBe(3)
+          for (const h of r.results) expect(h.matched).toEqual(["semantic"])
+          expect(r.meta).toMatchObject({ mode: "semantic", embedding_model: "universal-sentence-encoder-lite-en-512" })
+          if (r.results.some((h) => h.id === state.ids.get(p.key))) hits++
+          else missed.push(p.q)
+        }
+        console.log(`semantic hit@3 on paraphrases: ${hits}/${PARAPHRASES.length}; missed: ${missed.join(" | ")}`)
+        expect(hits).toBeGreaterThanOrEqual(14)
+      }))
+
+    it.effect("hybrid is at least as good as the better leg on a mixed set, with the legs that matched", () =>
+      Effect.gen(function*() {
+        const set = [...PARAPHRASES, ...LEXICAL_QUERIES]
+        const score: Record<string, number> = { lexical: 0, semantic: 0, hybrid: 0 }
+        for (const mode of ["lexical", "semantic", "hybrid"] as const) {
+          for (const p of set) {
+            const r = yield* search(state.apiKey, { q: p.q, mode, limit: "3" })
+            if (r.results.some((h) => h.id === state.ids.get(p.key))) score[mode]!++
+          }
+        }
+        console.log(`hit@3 on ${set.length} mixed queries: ${JSON.stringify(score)}`)
+        expect(score.hybrid).toBeGreaterThanOrEqual(Math.max(score.lexical!, score.semantic!))
+        expect(score.lexical).toBeLessThan(set.length)
+
+        const both = yield* search(state.apiKey, { q: "wedding invitation Lisbon" })
+        expect(both.results[0]!.subject).toBe("Wedding invitation")
+        expect(both.results[0]!.matched).toEqual(["lexical", "semantic"])
+        expect(both.meta.mode).toBe("hybrid")
+        // RRF: 1/61 + 1/61 for a message first in both lists.
+        expect(both.results[0]!.score).toBeCloseTo(2 / 61, 6)
+        // Deterministic: the same search twice gives the same order.
+        const again = yield* search(state.apiKey, { q: "wedding invitation Lisbon" })
+        expect(again.results.map((h) => h.id)).toEqual(both.results.map((h) => h.id))
+      }))
+
+    it.effect("a message not embedded yet is still found, lexically", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const id = state.ids.get("garden")!
+        // As if the backlog had not reached it: no vector, and not due for an hour.
+        yield* sql`UPDATE search_documents SET embedded_at = NULL, embed_next_at = now() + interval '1 hour' WHERE id = ${id}`
+        yield* sql`DELETE FROM search_embeddings WHERE id = ${id}`
+        const r = yield* search(state.apiKey, { q: "tomatoes balcony" })
+        expect(r.results[0]!.id).toBe(id)
+        expect(r.results[0]!.matched).toEqual(["lexical"])
+        const sem = yield* search(state.apiKey, { q: "tomatoes balcony", mode: "semantic" })
+        expect(sem.results.map((h) => h.id)).not.toContain(id)
+        yield* sql`UPDATE search_documents SET embed_next_at = now() WHERE id = ${id}`
+        yield* drained
+        const later = yield* search(state.apiKey, { q: "tomatoes balcony" })
+        expect(later.results[0]!.matched).toEqual(["lexical", "semantic"])
+      }))
+
+    it.effect("a deleted email leaves the results", () =>
+      Effect.gen(function*() {
+        const id = state.ids.get("party")!
+        expect((yield* search(state.apiKey, { q: "Mia birthday" })).results[0]!.id).toBe(id)
+        expect((yield* call("DELETE", `/v1/emails/${id}`, { token: state.apiKey })).status).toBe(200)
+        for (const mode of ["lexical", "semantic", "hybrid"]) {
+          const r = yield* search(state.apiKey, { q: "Mia birthday", mode })
+          expect(r.results.map((h) => h.id)).not.toContain(id)
+        }
+      }))
+  })
+
+  describe("access and validation", () => {
+    it.effect("needs the search entitlement and validates the query", () =>
+      Effect.gen(function*() {
+        const agent = yield* newOrg("Agent", "agent")
+        const denied = yield* call("GET", "/v1/search?q=hello", { token: agent.apiKey })
+        expect(denied.status).toBe(403)
+        expect(denied.body.error.code).toBe("forbidden")
+        expect(denied.body.error.details).toMatchObject({ required_plan: "developer", missing_entitlement: "search" })
+        expect((yield* call("GET", "/v1/search?q=hello")).status).toBe(401)
+        yield* resetLimits
+        for (const bad of ["q=", "", `q=${"x".repeat(501)}`, "q=a&limit=51", "q=a&limit=0", "q=a&mode=fuzzy", "q=a&scope=outbox", "q=a&thread_id=nope", "q=a&date_from=yesterday"]) {
+          const r = yield* call("GET", `/v1/search?${bad}`, { token: state.apiKey })
+          expect(r.status, bad).toBe(400)
+          expect(r.body.error.code).toBe("validation_error")
+        }
+        const limited = yield* search(state.apiKey, { q: "attached", mode: "lexical", limit: "2" })
+        expect(limited.results.length).toBe(2)
+        const odd = yield* search(state.apiKey, { q: "\"unclosed -\" or or -", mode: "hybrid" })
+        expect(Array.isArray(odd.results)).toBe(true)
+      }))
+  })
+})

@@ -12,6 +12,7 @@ import { Account } from "../src/account/Api.js"
 import { WebhookDelivery } from "../src/deliveries/Api.js"
 import { Email, EmailSummary } from "../src/emails/Api.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
+import { SearchResponse } from "../src/search/Api.js"
 import { Thread, ThreadWithMessages } from "../src/threads/Api.js"
 import { DEMO_RATE_LIMIT } from "../src/platform/RequestPipeline.js"
 import { mkdtempSync } from "node:fs"
@@ -122,7 +123,8 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
           ["/v1/demo/emails/{id}", "/v1/emails/{id}"],
           ["/v1/demo/webhooks/deliveries", "/v1/webhooks/deliveries"],
           ["/v1/demo/threads", "/v1/threads"],
-          ["/v1/demo/threads/{id}", "/v1/threads/{id}"]
+          ["/v1/demo/threads/{id}", "/v1/threads/{id}"],
+          ["/v1/demo/search", "/v1/search"]
         ]
         for (const [demo, real] of twins) {
           expect(ok(demo), demo).toEqual(ok(real))
@@ -208,11 +210,53 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
         expect(thread.code, thread.stderr).toBe(0)
         expect(thread.stdout).toContain("Re: Can we move Thursday's call?")
         expect(thread.stdout).toContain("lee@contoso.example")
+        const found = yield* cli("demo", "search", "invoice", "--mode", "lexical")
+        expect(found.code, found.stderr).toBe(0)
+        expect(found.stdout).toContain("Invoice INV-2041")
+        expect(found.stderr).toContain("3 results (lexical")
         const missing = yield* cli("demo", "email", "00000000-0000-4000-8000-000000000000")
         expect(missing.code).toBe(3)
         expect(missing.stderr).toContain("not_found")
       }), 300_000)
   })
+  describe("search", () => {
+    it.effect("lexical, semantic and hybrid over the demo mailbox, in the real response shape, the same results every call", () =>
+      Effect.gen(function*() {
+        const lexical = yield* call("GET", "/v1/demo/search?q=invoice&mode=lexical")
+        expect(lexical.status, lexical.text).toBe(200)
+        expect(decodes(SearchResponse, lexical.body)).toBe(true)
+        expect(lexical.body.meta).toMatchObject({ mode: "lexical", embedding_model: null })
+        const subjects = lexical.body.data.results.map((r: { subject: string }) => r.subject)
+        expect(subjects.length).toBe(3)
+        for (const s of subjects) expect(s).toMatch(/Invoice INV-2041/)
+        for (const r of lexical.body.data.results) expect(r.matched).toEqual(["lexical"])
+        // A typo still finds it (trigram), an exclusion removes it, spam is never searched.
+        const typo = yield* call("GET", "/v1/demo/search?q=invoce&mode=lexical")
+        expect(typo.body.data.results[0].subject).toMatch(/Invoice/)
+        const excluded = yield* call("GET", `/v1/demo/search?q=${encodeURIComponent("invoice -purchase")}&mode=lexical`)
+        expect(excluded.body.data.results.length).toBe(2)
+        const spam = yield* call("GET", "/v1/demo/search?q=lottery&mode=lexical")
+        expect(spam.body.data.results).toEqual([])
+
+        const semantic = yield* call("GET", `/v1/demo/search?q=${encodeURIComponent("rescheduling a meeting")}&mode=semantic`)
+        expect(semantic.status, semantic.text).toBe(200)
+        expect(semantic.body.meta.embedding_model).toEqual(expect.any(String))
+        expect(semantic.body.data.results.slice(0, 3).map((r: { subject: string }) => r.subject)).toContain("Can we move Thursday's call?")
+
+        const hybrid = yield* call("GET", "/v1/demo/search?q=invoice")
+        expect(hybrid.body.meta.mode).toBe("hybrid")
+        expect(hybrid.body.data.results[0].matched).toEqual(["lexical", "semantic"])
+        const again = yield* call("GET", "/v1/demo/search?q=invoice")
+        expect(again.body.data).toEqual(hybrid.body.data)
+
+        const sent = yield* call("GET", "/v1/demo/search?q=invoice&scope=sent&mode=lexical")
+        expect(sent.body.data.results.every((r: { kind: string }) => r.kind === "sent")).toBe(true)
+        const bad = yield* call("GET", "/v1/demo/search?q=")
+        expect(bad.status).toBe(400)
+        expect(bad.body.error.code).toBe("validation_error")
+      }), 120_000)
+  })
+
   // Last: it exhausts the demo window of this test server's client address.
   describe("isolation", () => {
     it.effect("a demo call writes nothing but its limiter window; its window and an organization's never touch", () =>

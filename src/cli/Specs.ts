@@ -920,6 +920,18 @@ export const demoThread = leaf({
   examples: ["mailroom demo thread <id>"]
 })
 
+export const demoSearch = leaf({
+  name: "search",
+  summary: "Search the demo mailbox like `mailroom search` (no login needed)",
+  flags: {
+    mode: choice("mode", ["hybrid", "lexical", "semantic"], "how to search (default hybrid)"),
+    scope: choice("scope", ["all", "received", "sent"], "which mail (default all)"),
+    limit: integer("limit", "results, 1 to 50 (default 20)", { min: 1, max: 50 })
+  },
+  args: { query: textArg("query", "what to look for, 1 to 500 characters") },
+  examples: ["mailroom demo search invoice", "mailroom demo search \"moving a meeting\" --mode semantic"]
+})
+
 export const demoDeliveries = leaf({
   name: "deliveries",
   summary: "The demo's webhook deliveries (no login needed)",

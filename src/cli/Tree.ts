@@ -157,6 +157,7 @@ export const root: Group = group(
       cmd(S.demoEmail, () => demo().then((m) => m.demoEmail)),
       cmd(S.demoThreads, () => demo().then((m) => m.demoThreads)),
       cmd(S.demoThread, () => demo().then((m) => m.demoThread)),
+      cmd(S.demoSearch, () => demo().then((m) => m.demoSearch)),
       cmd(S.demoDeliveries, () => demo().then((m) => m.demoDeliveries))
     ]),
     group("registries", "Directories of agents addressed by handle", [

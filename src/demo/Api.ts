@@ -9,6 +9,7 @@ import { IdPath, Ok, OkList } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { DeliveryListParams, WebhookDelivery } from "../deliveries/Api.js"
 import { Email, EmailListParams, EmailSummary } from "../emails/Api.js"
+import { SearchQuery, SearchResponse } from "../search/Api.js"
 import { Thread, ThreadListQuery, ThreadWithMessages } from "../threads/Api.js"
 
 export class DemoApi extends HttpApiGroup.make("demo")
@@ -42,6 +43,14 @@ export class DemoApi extends HttpApiGroup.make("demo")
       .addSuccess(Ok(ThreadWithMessages, "ThreadWithMessages"))
       .addError(Wire.NotFound)
       .annotate(OpenApi.Summary, "One demo conversation with its messages, as GET /threads/{id} answers it")
+  )
+  .add(
+    HttpApiEndpoint.get("search", "/demo/search")
+      .setUrlParams(SearchQuery)
+      .addSuccess(SearchResponse)
+      .addError(Wire.SearchTimeout)
+      .addError(Wire.ServiceUnavailable)
+      .annotate(OpenApi.Summary, "Search the demo mailbox, as GET /search does: hybrid (default), lexical or semantic")
   )
   .add(
     HttpApiEndpoint.get("deliveries", "/demo/webhooks/deliveries")

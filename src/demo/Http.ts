@@ -1,10 +1,11 @@
 /** Handlers of the demo sandbox: the synthetic dataset, filtered and paged like the real lists. */
 import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf, type Position } from "../contract/Paging.js"
 import { AppConfig } from "../platform/Config.js"
+import { DemoSearch } from "./Search.js"
 import { toMessage, toThread } from "../threads/Http.js"
 import { demoAccount, demoDeliveries, demoEmailById, demoEmails, type DemoThread, demoThreads } from "./Dataset.js"
 
@@ -42,6 +43,7 @@ const within = (t: Date, from: Date | undefined, to: Date | undefined) =>
 export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
+    const search = yield* DemoSearch
     return handlers
       .handle("account", () => Effect.succeed(demoAccount))
       .handle("emails", ({ urlParams: q }) =>
@@ -80,6 +82,7 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
           ? Effect.fail(new NotFound({ message: "thread not found in the demo mailbox (GET /v1/demo/threads lists them)" }))
           : Effect.succeed({ ...threadOf(found), messages: found.messages.map(toMessage), watches: found.watches })
       })
+      .handle("search", ({ urlParams }) => search.search(urlParams))
       .handle("deliveries", ({ urlParams: q }) =>
         Effect.gen(function*() {
           const after = yield* decodeCursor(q.cursor)
@@ -90,4 +93,4 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
           )
           return page(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, (d) => d)
         }))
-  }))
+  })).pipe(Layer.provide(DemoSearch.Default))

@@ -19,7 +19,7 @@ ones listed below needs \`Authorization: Bearer <credential>\`. A credential is 
 ## 0. Before any credential: the demo sandbox
 
 \`GET ${base}/v1/demo/account\`, \`/v1/demo/emails\`, \`/v1/demo/emails/{id}\`, \`/v1/demo/threads\`,
-\`/v1/demo/threads/{id}\` and \`/v1/demo/webhooks/deliveries\` need no credential. They answer a synthetic
+\`/v1/demo/threads/{id}\`, \`/v1/demo/search?q=…\` and \`/v1/demo/webhooks/deliveries\` need no credential. They answer a synthetic
 agent mailbox (the same every time, never anyone's real mail) in exactly the shapes of the same paths
 without \`/demo\`, so a client can be written and tried before signing up. The sandbox has its
 own limit of 60 requests per 60 s per client address.

@@ -10,7 +10,7 @@ import { fetchPages, opt, pageParams, parseDate } from "./common.js"
 
 const cut = (s: string | null, n: number) => (s === null ? null : s.length > n ? `${s.slice(0, n - 1)}…` : s)
 
-const threadColumns = [
+export const threadColumns = [
   col<Thread>("id", (t) => t.id),
   col<Thread>("subject", (t) => cut(t.subject, 40)),
   col<Thread>("messages", (t) => `${t.message_count} (${t.received_count} in, ${t.sent_count} out)`),
@@ -18,7 +18,7 @@ const threadColumns = [
   col<Thread>("participants", (t) => cut(t.participants.join(", "), 60))
 ]
 
-const messageColumns = [
+export const messageColumns = [
   col<ThreadMessage>("date", (m) => m.date),
   col<ThreadMessage>("direction", (m) => m.direction),
   col<ThreadMessage>("from", (m) => m.from),
@@ -26,7 +26,7 @@ const messageColumns = [
   col<ThreadMessage>("id", (m) => m.id)
 ]
 
-const resultColumns = [
+export const resultColumns = [
   col<SearchResult>("subject", (r) => cut(r.subject, 40)),
   col<SearchResult>("from", (r) => r.from),
   col<SearchResult>("date", (r) => r.date),
@@ -51,8 +51,13 @@ export const threadsGet: Handler<typeof S.threadsGet> = (o) =>
     const { client, target } = yield* authedClient
     const thread = yield* client.threads.get({ path: { id: o.id } })
     if (target.json) return yield* showOne(true, thread)
-    const { messages, participants, ...rest } = thread
-    yield* showOne(false, { ...rest, participants: participants.join(", ") })
+    const { messages, participants, watches, ...rest } = thread
+    const active = watches.filter((w) => w.status === "active")
+    yield* showOne(false, {
+      ...rest,
+      participants: participants.join(", "),
+      watches: active.length === 0 ? "-" : active.map((w) => `${w.command.type} at ${w.due_at.toISOString()} (${w.id})`).join("; ")
+    })
     yield* Console.log(`\n${renderTable(messages, messageColumns)}`)
   })
 
@@ -74,7 +79,13 @@ export const search: Handler<typeof S.search> = (o) =>
         ...opt("thread_id", o.thread)
       }
     })
-    if (target.json) return yield* printJson({ data: answer.data, meta: answer.meta })
+    yield* showResults(target.json, answer)
+  })
+
+/** A search answer: JSON as the API gives it, or a table and a summary line. */
+export const showResults = (json: boolean, answer: { readonly data: { readonly results: ReadonlyArray<SearchResult> }; readonly meta: { readonly mode: string; readonly took_ms: number; readonly embedding_model: string | null } }) =>
+  Effect.gen(function*() {
+    if (json) return yield* printJson({ data: answer.data, meta: answer.meta })
     const { meta, data } = answer
     if (data.results.length === 0) yield* Console.log("no results")
     else yield* Console.log(renderTable(data.results, resultColumns))

@@ -1,11 +1,11 @@
 /** `demo`: the public sandbox, read without a login, printed like the real commands print. */
 import { Console, Effect } from "effect"
-import type { Thread, ThreadMessage } from "../../threads/Api.js"
-import { col, showList, showOne } from "../Output.js"
+import { renderTable, showList, showOne } from "../Output.js"
 import { anonymousClient, target } from "../Session.js"
 import type { Handler } from "../Spec.js"
 import type * as S from "../Specs.js"
 import { fetchPages, opt, pageParams, parseDate } from "./common.js"
+import { messageColumns, showResults, threadColumns } from "./conversations.js"
 import { deliveryColumns, emailColumns } from "./mail.js"
 
 const sandbox = Effect.flatMap(target, (t) => Effect.map(anonymousClient(t), (client) => ({ client, json: t.json })))
@@ -44,21 +44,6 @@ export const demoDeliveries: Handler<typeof S.demoDeliveries> = (o) =>
     yield* showList(json, page, deliveryColumns)
   })
 
-const threadColumns = [
-  col<Thread>("id", (t) => t.id),
-  col<Thread>("last", (t) => t.last_message_at),
-  col<Thread>("msgs", (t) => t.message_count),
-  col<Thread>("subject", (t) => t.subject),
-  col<Thread>("participants", (t) => t.participants.join(", "))
-]
-
-const messageColumns = [
-  col<ThreadMessage>("date", (m) => m.date),
-  col<ThreadMessage>("dir", (m) => m.direction),
-  col<ThreadMessage>("from", (m) => m.from),
-  col<ThreadMessage>("subject", (m) => m.subject)
-]
-
 export const demoThreads: Handler<typeof S.demoThreads> = (o) =>
   Effect.gen(function*() {
     const { client, json } = yield* sandbox
@@ -74,6 +59,14 @@ export const demoThread: Handler<typeof S.demoThread> = (o) =>
     if (json) return yield* showOne(true, thread)
     const { messages, watches, participants, ...rest } = thread
     yield* showOne(false, { ...rest, participants: participants.join(", "), watches: watches.length })
-    yield* Console.log("")
-    yield* showList(false, { items: messages, meta: { total: messages.length, limit: messages.length, cursor: null } }, messageColumns)
+    yield* Console.log(`\n${renderTable(messages, messageColumns)}`)
+  })
+
+export const demoSearch: Handler<typeof S.demoSearch> = (o) =>
+  Effect.gen(function*() {
+    const { client, json } = yield* sandbox
+    const answer = yield* client.demo.search({
+      urlParams: { q: o.query, ...opt("mode", o.mode), ...opt("scope", o.scope), ...opt("limit", o.limit) }
+    })
+    yield* showResults(json, answer)
   })

@@ -22,6 +22,7 @@ import { TemplatesApi } from "./templates/Api.js"
 import { WakesApi } from "./wake/Api.js"
 import { RegistriesApi } from "./registries/Api.js"
 import { PaymentsApi } from "./payments/Api.js"
+import { SendingApi } from "./sending/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -79,6 +80,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(WakesApi)
   .add(RegistriesApi)
   .add(PaymentsApi)
+  .add(SendingApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

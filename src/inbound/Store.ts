@@ -123,6 +123,9 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
       const emails: Array<Record<string, unknown>> = []
       const contents: Array<Record<string, unknown>> = []
       const attached: Array<Statement.Fragment> = []
+      // Senders of accepted mail become "known" to the organization (the first-send gate lets
+      // a reply-only account write to them); one row per pair, so the insert never meets itself.
+      const known = new Map<string, { org_id: string; address: string }>()
       for (const { copies, message } of transactions) {
         const p = message.parsed
         for (const { attached: extra, email } of copies) {
@@ -156,6 +159,10 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
             client_address: message.clientAddress,
             helo: message.helo
           })
+          const sender = p.from?.address?.trim().toLowerCase()
+          if (email.status === "accepted" && sender !== undefined && sender.includes("@")) {
+            known.set(`${r.orgId} ${sender}`, { org_id: r.orgId, address: sender })
+          }
           contents.push({ email_id: email.id, raw: message.raw.subarray(0, RAW_PIECE_BYTES), text_body: p.text, html_body: p.html })
           if (Option.isSome(extra)) attached.push(extra.value)
         }
@@ -163,6 +170,9 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
       // Data-modifying CTEs run to completion whether or not the main query reads them; the ids
       // are chosen here, so no part needs another's output.
       const more = attached.map((f, i) => sql`, ${sql.literal(`attached_${i}`)} AS (${f})`)
+      if (known.size > 0) {
+        more.push(sql`, known_senders AS (INSERT INTO known_addresses ${sql.insert([...known.values()])} ON CONFLICT DO NOTHING)`)
+      }
       return sql`
         WITH stored_emails AS (INSERT INTO emails ${sql.insert(emails)}),
         stored_contents AS (INSERT INTO email_contents ${sql.insert(contents)})${sql.join("", false)(more)}

@@ -24,6 +24,7 @@ import { RegistriesApi } from "./registries/Api.js"
 import { PaymentsApi } from "./payments/Api.js"
 import { ThreadsApi } from "./threads/Api.js"
 import { SearchApi } from "./search/Api.js"
+import { SendingApi } from "./sending/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -83,6 +84,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(PaymentsApi)
   .add(ThreadsApi)
   .add(SearchApi)
+  .add(SendingApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

@@ -25,6 +25,7 @@ import { PaymentsApi } from "./payments/Api.js"
 import { DemoApi } from "./demo/Api.js"
 import { ThreadsApi } from "./threads/Api.js"
 import { SearchApi } from "./search/Api.js"
+import { SendingApi } from "./sending/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -85,6 +86,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(DemoApi)
   .add(ThreadsApi)
   .add(SearchApi)
+  .add(SendingApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

@@ -53,6 +53,11 @@ import { PaymentsHttpLive } from "./payments/Http.js"
 import { DemoHttpLive } from "./demo/Http.js"
 import { PaymentsLive } from "./payments/Service.js"
 import { Mailer } from "./mail/Mailer.js"
+import { SendingHttpLive } from "./sending/Http.js"
+import { OutboundRelay } from "./sending/Relay.js"
+import { SendSchedulerLive, type SendSchedulerOptions } from "./sending/Scheduler.js"
+import { Sender } from "./sending/Sender.js"
+import { SendingRepo } from "./sending/Repo.js"
 import { Dns } from "./net/Dns.js"
 import { Admission } from "./platform/Admission.js"
 import { AuthenticationLive } from "./platform/Authentication.js"
@@ -108,6 +113,9 @@ export const DeliveryServicesLive = Layer.mergeAll(
   EmbedderLive,
   // Events that are not about one email (payments), through the same delivery path.
   OrgEvents.Default,
+  // One outbound relay pool and one send path for the API and the scheduled-send timers.
+  OutboundRelay.Default,
+  Sender.Default,
   // Payments: the HTTP flow's handlers and the email rail's ingestion share one service.
   PaymentsLive.pipe(Layer.provide(OrgEvents.Default), Layer.provide(DeliveryQueue.Default))
 ).pipe(
@@ -138,7 +146,8 @@ const AreaHandlers = [
   PaymentsHttpLive,
   DemoHttpLive,
   ThreadsHttpLive,
-  SearchHttpLive
+  SearchHttpLive,
+  SendingHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
@@ -164,6 +173,9 @@ export const HttpLive = onNodeHttpServer(
 export const WakeTimersLive = (options: WakeSchedulerOptions = {}) =>
   WakeSchedulerLive(options).pipe(Layer.provide([WakesRepo.Default, WakeFiring.Default]), Layer.provide(WebhookSecrets.Default))
 
+/** The scheduled-send timers (tests start them with a shorter poll and retry delays). */
+export const SendTimersLive = (options: SendSchedulerOptions = {}) => SendSchedulerLive(options).pipe(Layer.provide(SendingRepo.Default))
+
 /** Background work of the areas: SMTP ingestion, delivery workers, maintenance loops. */
 const AreaWorkers = [
   SmtpServerLive,
@@ -174,6 +186,7 @@ const AreaWorkers = [
   FunctionsMaintenanceLive,
   WakeTimersLive(),
   EmbeddingBacklogLive(),
+  SendTimersLive(),
   ProcessStatsLive
 ] as const
 

@@ -174,7 +174,7 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("search", (it) => {
   })
 
   describe("semantic and hybrid", () => {
-    it.effect("the paraphrase set reaches hit@3 ≥ 14/20 with the default model", () =>
+    it.effect("the paraphrase set reaches hit@3 ≥ 16/20 with the default model, among look-alikes", () =>
       Effect.gen(function*() {
         let hits = 0
         const missed: Array<string> = []
@@ -190,7 +190,9 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("search", (it) => {
           else missed.push(p.q)
         }
         console.log(`semantic hit@3 on paraphrases: ${hits}/${PARAPHRASES.length}; missed: ${missed.join(" | ")}`)
-        expect(hits).toBeGreaterThanOrEqual(14)
+        // Measured: 18/20 (USE-lite, 40 messages; "money requested for advisory work" and "income
+        // numbers for the last three months" miss).
+        expect(hits).toBeGreaterThanOrEqual(16)
       }))
 
     it.effect("hybrid is at least as good as the better leg on a mixed set, with the legs that matched", () =>
@@ -226,13 +228,13 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("search", (it) => {
         yield* sql`UPDATE search_documents SET embedded_at = NULL, embed_next_at = now() + interval '1 hour' WHERE id = ${id}`
         yield* sql`DELETE FROM search_embeddings WHERE id = ${id}`
         const r = yield* search(state.apiKey, { q: "tomatoes balcony" })
-        expect(r.results[0]!.id).toBe(id)
-        expect(r.results[0]!.matched).toEqual(["lexical"])
+        expect(r.results.find((h) => h.id === id)?.matched).toEqual(["lexical"])
         const sem = yield* search(state.apiKey, { q: "tomatoes balcony", mode: "semantic" })
         expect(sem.results.map((h) => h.id)).not.toContain(id)
         yield* sql`UPDATE search_documents SET embed_next_at = now() WHERE id = ${id}`
         yield* drained
         const later = yield* search(state.apiKey, { q: "tomatoes balcony" })
+        expect(later.results[0]!.id).toBe(id)
         expect(later.results[0]!.matched).toEqual(["lexical", "semantic"])
       }))
 

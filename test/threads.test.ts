@@ -206,6 +206,60 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("threads", (it) => {
       }))
   })
 
+  describe("sent mail", () => {
+    it.effect("a reply sent through the API joins its original's thread, and so does the answer to it; threads and search show both directions", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const original = mid("original")
+        yield* send({ from: "Alice <alice@example.com>", to: org.address, subject: "Dinner on Friday?", text: "Are you free for dinner?", messageId: original })
+        const emailId = (yield* call("GET", "/v1/emails", { token: org.apiKey })).body.data[0].id as string
+        const t = yield* threadOf(org.orgId, original)
+
+        const reply = yield* call("POST", `/v1/emails/${emailId}/reply`, { token: org.apiKey, body: { text: "Gladly, the tapas place at eight." } })
+        expect(reply.status, reply.text).toBe(201)
+        expect(reply.body.data.thread_id).toBe(t)
+        expect(reply.body.data.in_reply_to).toBe(original)
+        const sentMessageId = reply.body.data.message_id as string
+
+        // Alice answers our reply: it names only the sent message, and joins the same thread.
+        const answer = mid("answer")
+        yield* send({ from: "alice@example.com", to: org.address, subject: "Re: Re: Dinner on Friday?", text: "Perfect, see you there.", messageId: answer, inReplyTo: sentMessageId })
+        expect(yield* threadOf(org.orgId, answer)).toBe(t)
+
+        const thread = yield* call("GET", `/v1/threads/${t}`, { token: org.apiKey })
+        expect(thread.status).toBe(200)
+        expect(thread.body.data).toMatchObject({ subject: "Dinner on Friday?", message_count: 3, received_count: 2, sent_count: 1 })
+        expect(thread.body.data.messages.map((m: { direction: string }) => m.direction)).toEqual(["received", "sent", "received"])
+        expect(thread.body.data.messages[1]).toMatchObject({ id: reply.body.data.id, from: org.address, message_id: sentMessageId, snippet: "Gladly, the tapas place at eight." })
+        expect(thread.body.data.participants).toEqual(["alice@example.com", org.address].sort())
+        expect(thread.body.data.snippet).toBe("Perfect, see you there.")
+
+        // A new message (not a reply) starts a thread of its own, listed with its sent count.
+        const fresh = yield* call("POST", "/v1/send-mail", { token: org.apiKey, body: { from: org.address, to: "Bob <bob@example.com>", subject: "Fresh topic", text: "Unrelated news." } })
+        expect(fresh.status, fresh.text).toBe(201)
+        expect(fresh.body.data.thread_id).not.toBe(t)
+        const list = yield* call("GET", "/v1/threads", { token: org.apiKey })
+        const listed = list.body.data.find((x: { id: string }) => x.id === fresh.body.data.thread_id)
+        expect(listed).toMatchObject({ subject: "Fresh topic", message_count: 1, received_count: 0, sent_count: 1, participants: ["bob@example.com", org.address].sort() })
+        const bob = yield* call("GET", "/v1/threads?participant=bob@example.com", { token: org.apiKey })
+        expect(bob.body.data.map((x: { id: string }) => x.id)).toEqual([fresh.body.data.thread_id])
+
+        // Search: sent mail is found with kind "sent" and its thread, and scope picks the direction.
+        const q = (params: Record<string, string>) => call("GET", `/v1/search?${new URLSearchParams({ mode: "lexical", ...params })}`, { token: org.apiKey })
+        const sent = yield* q({ q: "tapas", scope: "sent" })
+        expect(sent.status, sent.text).toBe(200)
+        expect(sent.body.data.results).toHaveLength(1)
+        expect(sent.body.data.results[0]).toMatchObject({ kind: "sent", id: reply.body.data.id, thread_id: t, from: org.address, matched: ["lexical"] })
+        expect((yield* q({ q: "tapas", scope: "received" })).body.data.results).toEqual([])
+        const all = yield* q({ q: "dinner" })
+        expect(new Set(all.body.data.results.map((r: { kind: string }) => r.kind))).toEqual(new Set(["received", "sent"]))
+        const toBob = yield* q({ q: "news", to: "bob@example.com" })
+        expect(toBob.body.data.results.map((r: { id: string }) => r.id)).toEqual([fresh.body.data.id])
+        const inThread = yield* q({ q: "dinner or tapas or perfect", thread_id: t })
+        expect(inThread.body.data.results).toHaveLength(3)
+      }))
+  })
+
   describe("the migration threading stored mail", () => {
     it.scoped("links mail stored before threads existed, across orders and merges, per organization", () =>
       Effect.gen(function*() {
@@ -237,12 +291,24 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("threads", (it) => {
             VALUES (${`20000000-0000-4000-8000-0000000000${suffix}`}, ${o}, 'in@agents.localhost', 1, 'email.received', 'accepted',
               ${messageId}, ${irt}, ${JSON.stringify(refs)}::jsonb, ${new Date(Date.UTC(2026, 0, 1, 0, Number(suffix)))})`)
         }
+        // Sent mail stored before threads: a reply to "<alone@x>", and one naming nothing stored.
+        for (const [suffix, irt] of [["08", "<alone@x>"], ["09", "<unknown@x>"]] as const) {
+          yield* inSchema(sql`INSERT INTO sent_emails (id, org_id, status, from_header, from_address, subject, message_id, in_reply_to, "references", sent_at)
+            VALUES (${`30000000-0000-4000-8000-0000000000${suffix}`}, ${org}, 'sent', 'in@agents.localhost', 'in@agents.localhost', 'Re: x',
+              ${`<sent-${suffix}@x>`}, ${irt}, ${JSON.stringify([irt])}::jsonb, now())`)
+        }
         yield* inSchema(Effect.asVoid(migrate(MIGRATIONS_DIR)))
         const threads = yield* inSchema(sql<{ id: string; thread_id: string }>`SELECT id, thread_id FROM emails ORDER BY id`)
         const t = (suffix: string) => threads.find((r) => r.id.endsWith(suffix))!.thread_id
         expect(new Set(["01", "02", "03", "04", "05"].map(t)).size).toBe(1)
         expect(t("06")).not.toBe(t("01"))
         expect(t("07")).not.toBe(t("01"))
+        const sentThreads = yield* inSchema(sql<{ id: string; thread_id: string }>`SELECT id, thread_id FROM sent_emails ORDER BY id`)
+        expect(sentThreads[0]!.thread_id).toBe(t("07"))
+        expect(sentThreads[1]!.thread_id).not.toBe(t("07"))
+        // Sent mail already sent is searchable.
+        const docs = yield* inSchema(sql<{ n: number }>`SELECT count(*)::int AS n FROM search_documents WHERE kind = 'sent'`)
+        expect(docs[0]!.n).toBe(2)
         // The thread kept is the oldest: its id carries the first message's time.
         expect(parseInt(t("01").replace(/-/g, "").slice(0, 12), 16)).toBe(Date.UTC(2026, 0, 1, 0, 1))
         yield* sql`DROP SCHEMA premig CASCADE`

@@ -133,6 +133,9 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
       const contents: Array<Record<string, unknown>> = []
       const documents: Array<Record<string, unknown>> = []
       const attached: Array<Statement.Fragment> = []
+      // Senders of accepted mail become "known" to the organization (the first-send gate lets
+      // a reply-only account write to them); one row per pair, so the insert never meets itself.
+      const known = new Map<string, { org_id: string; address: string }>()
       for (const { copies, merges, message } of transactions) {
         attached.push(...merges)
         const p = message.parsed
@@ -168,6 +171,10 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
             client_address: message.clientAddress,
             helo: message.helo
           })
+          const sender = p.from?.address?.trim().toLowerCase()
+          if (email.status === "accepted" && sender !== undefined && sender.includes("@")) {
+            known.set(`${r.orgId} ${sender}`, { org_id: r.orgId, address: sender })
+          }
           contents.push({ email_id: email.id, raw: message.raw.subarray(0, RAW_PIECE_BYTES), text_body: p.text, html_body: p.html })
           // Spam-rejected mail is stored but never searched.
           if (indexing && email.status === "accepted") {
@@ -192,6 +199,9 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
       const more = attached.map((f, i) => sql`, ${sql.literal(`attached_${i}`)} AS (${f})`)
       if (documents.length > 0) {
         more.push(sql`, stored_documents AS (INSERT INTO search_documents ${sql.insert(documents)})`)
+      }
+      if (known.size > 0) {
+        more.push(sql`, known_senders AS (INSERT INTO known_addresses ${sql.insert([...known.values()])} ON CONFLICT DO NOTHING)`)
       }
       return sql`
         WITH stored_emails AS (INSERT INTO emails ${sql.insert(emails)}),

@@ -17,6 +17,8 @@ export interface AppConfigShape {
   readonly webhookAllowPrivateUrls: boolean
   readonly deliveryRetryDelays: ReadonlyArray<Duration.Duration>
   readonly deliveryTimeout: Duration.Duration
+  /** How long the outbound relay may take to answer once a message's data was sent (`OUTBOUND_TIMEOUT`). */
+  readonly outboundTimeout: Duration.Duration
   readonly logLevel: string
   readonly dnsServer: Option.Option<string>
   /** PEM files for STARTTLS on the inbound SMTP listener; both or neither. */
@@ -160,6 +162,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   webhookAllowPrivateUrls: bool("WEBHOOK_ALLOW_PRIVATE_URLS", false),
   deliveryRetryDelays: durations("DELIVERY_RETRY_DELAYS", "5s,5m,30m,2h,5h,10h,10h"),
   deliveryTimeout: duration("DELIVERY_TIMEOUT", "15s"),
+  outboundTimeout: duration("OUTBOUND_TIMEOUT", "30s"),
   logLevel: Config.literal("all", "trace", "debug", "info", "warning", "error", "fatal", "none")("LOG_LEVEL").pipe(
     Config.withDefault("info" as const)
   ),

@@ -45,7 +45,11 @@ export const isExempt = (method: string, path: string) =>
 export const MAX_BODY_BYTES = 1024 * 1024
 /** Deploying a function carries up to 1 MiB of module source, which JSON escaping can multiply. */
 export const FUNCTIONS_MAX_BODY_BYTES = 8 * 1024 * 1024
-const bodyLimitOf = (path: string) => (path.startsWith("/v1/functions") ? FUNCTIONS_MAX_BODY_BYTES : MAX_BODY_BYTES)
+/** Outgoing mail carries up to 10 MiB of attachments, base64-encoded in the JSON body. */
+export const SEND_MAX_BODY_BYTES = 16 * 1024 * 1024
+const SENDS = /^\/v1\/(send-mail|emails\/[^/]+\/reply)$/
+const bodyLimitOf = (path: string) =>
+  path.startsWith("/v1/functions") ? FUNCTIONS_MAX_BODY_BYTES : SENDS.test(path) ? SEND_MAX_BODY_BYTES : MAX_BODY_BYTES
 
 const json = (body: unknown, status: number, headers: Record<string, string>) =>
   HttpServerResponse.unsafeJson(body, { status, headers })
@@ -61,16 +65,25 @@ const storable = (ref: KeyRef, res: HttpServerResponse.HttpServerResponse, bytes
   // A derived key is the same for every caller of one scope sending the same body: it never
   // stands for a credential-bearing result, so a second such caller gets one of its own.
   if (ref.derived) return res.status >= 200 && res.status < 300 && !carriesCredential(res.headers)
+  // An outbound relay's answer is kept whatever its status: the message may be in flight (a
+  // timeout) or was recorded as failed, and a retry with the key must not send it a second time.
+  if (res.status >= 500) return errorCodeOf(bytes)?.startsWith("outbound_") === true
   // A 415 is about the request's headers, which the key does not cover: the corrected retry must run.
-  if (res.status >= 500 || res.status === 429 || res.status === 415) return false
+  if (res.status === 429 || res.status === 415) return false
   if (res.status === 400) {
-    try {
-      return JSON.parse(new TextDecoder().decode(bytes))?.error?.code !== "validation_error"
-    } catch {
-      return false
-    }
+    const code = errorCodeOf(bytes)
+    return code !== undefined && code !== "validation_error"
   }
   return true
+}
+
+const errorCodeOf = (bytes: Uint8Array): string | undefined => {
+  try {
+    const code = JSON.parse(new TextDecoder().decode(bytes))?.error?.code
+    return typeof code === "string" ? code : undefined
+  } catch {
+    return undefined
+  }
 }
 
 const REPLAYED_HEADERS = ["content-type", "location", "cache-control"]
@@ -261,8 +274,8 @@ const idempotent = (
       return json(
         envelopeOf(
           new ValidationError({
-            message: `body: unreadable or larger than ${MAX_BODY_BYTES} bytes`,
-            details: { issues: [{ field: "body", reason: `unreadable or larger than ${MAX_BODY_BYTES} bytes` }] }
+            message: `body: unreadable or larger than ${bodyLimitOf(path)} bytes`,
+            details: { issues: [{ field: "body", reason: `unreadable or larger than ${bodyLimitOf(path)} bytes` }] }
           })
         ),
         400,

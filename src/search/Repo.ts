@@ -46,7 +46,8 @@ export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRep
       if (f.dateFrom !== undefined) conds.push(sql`d.at >= ${f.dateFrom}`)
       if (f.dateTo !== undefined) conds.push(sql`d.at <= ${f.dateTo}`)
       if (f.threadId !== undefined) {
-        conds.push(sql`EXISTS (SELECT 1 FROM emails e WHERE e.id = d.email_id AND e.thread_id = ${f.threadId})`)
+        conds.push(sql`(EXISTS (SELECT 1 FROM emails e WHERE e.id = d.email_id AND e.thread_id = ${f.threadId})
+          OR EXISTS (SELECT 1 FROM sent_emails s WHERE s.id = d.sent_email_id AND s.thread_id = ${f.threadId}))`)
       }
       return sql.and(conds)
     }
@@ -92,9 +93,9 @@ export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRep
     /** The hits to show, in any order; ids no longer there (deleted) are simply absent. */
     const hydrate = (orgId: string, ids: ReadonlyArray<string>) =>
       ids.length === 0 ? Effect.succeed<ReadonlyArray<HitRow>>([]) : sql<HitRow>`
-        SELECT d.id, d.kind, e.thread_id, d.subject, d.from_address, coalesce(e.to_addresses, '[]'::jsonb) AS to_addresses,
-               d.at, left(d.body, 1000) AS body
-          FROM search_documents d LEFT JOIN emails e ON e.id = d.email_id
+        SELECT d.id, d.kind, coalesce(e.thread_id, s.thread_id) AS thread_id, d.subject, d.from_address,
+               coalesce(e.to_addresses, s.to_addresses, '[]'::jsonb) AS to_addresses, d.at, left(d.body, 1000) AS body
+          FROM search_documents d LEFT JOIN emails e ON e.id = d.email_id LEFT JOIN sent_emails s ON s.id = d.sent_email_id
          WHERE d.org_id = ${orgId} AND d.id IN ${sql.in(ids)}`
 
     /** Which of these documents still have a vector of this model. */

@@ -26,7 +26,10 @@ export const snippetOf = (text: string | null): string => {
   return Array.from(flat).slice(0, SNIPPET_CHARS).join("")
 }
 
-const lower = (a: string | null) => (a === null ? [] : [a.toLowerCase()])
+/** The address of `addr` or `Name <addr>` (sent mail keeps recipients as written), lowercased. */
+export const addressOf = (a: string) => (/<([^<>]+)>\s*$/.exec(a)?.[1] ?? a).trim().toLowerCase()
+
+const lower = (a: string | null) => (a === null ? [] : [addressOf(a)])
 
 export const toMessage = (m: MessageRow): ThreadMessage => ({
   id: m.id,
@@ -43,7 +46,7 @@ export const toMessage = (m: MessageRow): ThreadMessage => ({
 /** A thread from its aggregate row and its messages (oldest first). */
 export const toThread = (t: ThreadRow, messages: ReadonlyArray<MessageRow>): Thread => {
   const participants = new Set<string>()
-  for (const m of messages) for (const a of [...lower(m.from_address), ...[...m.to_addresses, ...m.cc_addresses].map((x) => x.toLowerCase())]) participants.add(a)
+  for (const m of messages) for (const a of [...lower(m.from_address), ...[...m.to_addresses, ...m.cc_addresses].map(addressOf)]) participants.add(a)
   const first = messages[0]
   const newest = messages[messages.length - 1]
   return {

@@ -50,17 +50,27 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
         ? sql`CASE WHEN e.content_discarded_at IS NULL THEN left(c.text_body, ${BODY_PREFIX}) END`
         : sql`NULL::text`
       const join = withBody ? sql`LEFT JOIN email_contents c ON c.email_id = e.id` : sql``
+      const sentBody = withBody
+        ? sql`CASE WHEN NOT s.content_discarded THEN left(coalesce(nullif(sc.text_body, ''), sc.html_body), ${BODY_PREFIX}) END`
+        : sql`NULL::text`
+      const sentJoin = withBody ? sql`LEFT JOIN sent_email_contents sc ON sc.sent_email_id = s.id` : sql``
+      // Sent mail counts once it is sent: a scheduled, failed or canceled send is not part of the conversation.
       return sql`
         SELECT e.thread_id, 'received'::text AS direction, e.id, e.received_at AS at, e.from_address, e.to_addresses,
                e.cc_addresses, e.subject, e.message_id, ${body} AS body
-          FROM emails e ${join} WHERE e.org_id = ${orgId} AND e.status = 'accepted'`
+          FROM emails e ${join} WHERE e.org_id = ${orgId} AND e.status = 'accepted'
+        UNION ALL
+        SELECT s.thread_id, 'sent'::text, s.id, coalesce(s.sent_at, s.created_at), s.from_address, s.to_addresses,
+               s.cc_addresses, s.subject, s.message_id, ${sentBody}
+          FROM sent_emails s ${sentJoin} WHERE s.org_id = ${orgId} AND s.status = 'sent'`
     }
 
     const list = (orgId: string, q: ThreadListQuery) =>
       Effect.gen(function*() {
         const having = q.participant === undefined ? sql`` : sql`HAVING bool_or(
           lower(from_address) = ${q.participant.toLowerCase()}
-          OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(to_addresses || cc_addresses) a WHERE lower(a) = ${q.participant.toLowerCase()}))`
+          OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(to_addresses || cc_addresses) a
+                      WHERE lower(a) = ${q.participant.toLowerCase()} OR lower(a) LIKE ${`%<${q.participant.toLowerCase()}>`}))`
         const conds = [sql`true`]
         if (q.dateFrom !== undefined) conds.push(sql`last_message_at >= ${q.dateFrom}`)
         if (q.dateTo !== undefined) conds.push(sql`last_message_at <= ${q.dateTo}`)

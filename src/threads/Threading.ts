@@ -51,10 +51,10 @@ export const namedIds = (m: ThreadingInput): ReadonlyArray<string> => {
 }
 
 /**
- * Tables whose rows carry a `thread_id` and the message's identifiers. Sent mail adds its table
- * here (columns `org_id`, `message_id`, `in_reply_to`, `"references"` as a JSON array).
+ * Tables whose rows carry a `thread_id` and the message's identifiers (columns `org_id`,
+ * `message_id`, `in_reply_to`, `"references"` as a JSON array): received and sent mail.
  */
-export const THREADED_TABLES: ReadonlyArray<string> = ["emails"]
+export const THREADED_TABLES: ReadonlyArray<string> = ["emails", "sent_emails"]
 
 const LOOKUP_WORKERS = 2
 const MAX_LOOKUP_BATCH = 128

@@ -6,7 +6,7 @@
  * its own database on that server and drops it afterwards, so runs never see each other's rows.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, ConfigProvider, Context, Effect, Layer, Option, Schedule } from "effect"
+import { Clock, ConfigProvider, Context, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
@@ -17,7 +17,7 @@ import { DatabaseLive } from "../../src/platform/Database.js"
 import { SmtpServerLive } from "../../src/inbound/SmtpServer.js"
 import { DispatcherLive } from "../../src/deliveries/Dispatcher.js"
 import { type BacklogOptions, EmbeddingBacklogLive } from "../../src/search/Backlog.js"
-import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive, WakeTimersLive } from "../../src/Server.js"
+import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive, SendTimersLive, WakeTimersLive } from "../../src/Server.js"
 
 /**
  * A port found free can be taken by another test process before the server binds it; the server is
@@ -25,6 +25,9 @@ import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive, Wake
  */
 const isAddressInUse = (e: unknown): boolean => /EADDRINUSE|already in use/.test(String((e as { cause?: unknown })?.cause ?? e)) ||
   /EADDRINUSE/.test(JSON.stringify(e, (_k, v) => (typeof v === "bigint" ? String(v) : v)) ?? "")
+/** Retries of a scheduled send's transient relay failures, short enough for a test to watch. */
+const SEND_RETRY_DELAYS = [Duration.millis(200), Duration.millis(200)]
+
 export const retryOnPortConflict = Schedule.recurs(4).pipe(Schedule.whileInput(isAddressInUse))
 
 export const freePort = (): Promise<number> =>
@@ -113,6 +116,7 @@ export const testServerOn = (options: { readonly embeddingBacklog?: BacklogOptio
       DispatcherLive({ concurrency: 16, pollMs: 50 }),
       WakeTimersLive({ pollMs: 50 }),
       options.embeddingBacklog === undefined ? Layer.empty : EmbeddingBacklogLive(options.embeddingBacklog),
+      SendTimersLive({ pollMs: 50, retryDelays: SEND_RETRY_DELAYS }),
       Layer.succeed(TestServer, { port, smtpPort, baseUrl })
     ).pipe(
       Layer.provide(DeliveryServicesLive),
@@ -161,7 +165,8 @@ const extraServerOnce = Effect.gen(function*() {
   const config = { ...base, port, smtpPort, publicBaseUrl: baseUrl }
   const ownPool = Option.isSome(base.databaseUrl)
   const services = PlatformServicesLive.pipe(Layer.provideMerge(loggerLayer))
-  const server = Layer.mergeAll(HttpLive, SmtpServerLive, DispatcherLive({ concurrency: 16, pollMs: 50 }), WakeTimersLive({ pollMs: 50 })).pipe(
+  const server = Layer.mergeAll(HttpLive, SmtpServerLive, DispatcherLive({ concurrency: 16, pollMs: 50 }), WakeTimersLive({ pollMs: 50 }),
+    SendTimersLive({ pollMs: 50, retryDelays: SEND_RETRY_DELAYS })).pipe(
     Layer.provide(DeliveryServicesLive),
     Layer.provide(services)
   )

@@ -1,0 +1,141 @@
+/**
+ * DKIM keys of outgoing mail. A claimed domain gets its own key at claim (its public half is the
+ * `dns_records[]` entry with purpose `dkim` of `GET /domains/{id}`); the managed inbox domain uses
+ * one service key, made by whichever process needs it first. Private keys are kept in the database
+ * sealed under the service's master key (bound to the key's row by the associated data), so a copy
+ * of the database alone signs nothing.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect, Option } from "effect"
+import { generateKeyPair } from "node:crypto"
+import { promisify } from "node:util"
+import { AppConfig } from "../platform/Config.js"
+import { open, seal } from "../platform/Sealed.js"
+import { ServiceKey } from "../platform/ServiceKey.js"
+
+export const DKIM_SELECTOR = "mailroom"
+const SEAL_PURPOSE = "dkim private keys v1"
+const MODULUS_BITS = 2048
+
+/** What nodemailer's DKIM signer takes. */
+export interface DkimSigning {
+  readonly domainName: string
+  readonly keySelector: string
+  readonly privateKey: string
+}
+
+export interface DkimRecord {
+  readonly type: "TXT"
+  readonly name: string
+  readonly value: string
+}
+
+interface KeyRow {
+  readonly id: string
+  readonly domain: string
+  readonly selector: string
+  readonly private_key: string
+  readonly public_key: string
+}
+
+export const dkimRecordName = (selector: string, domain: string) => `${selector}._domainkey.${domain}`
+export const dkimRecordValue = (publicKeyBase64: string) => `v=DKIM1; k=rsa; p=${publicKeyBase64}`
+
+const newKeyPair = Effect.promise(() =>
+  promisify(generateKeyPair)("rsa", {
+    modulusLength: MODULUS_BITS,
+    publicKeyEncoding: { type: "spki", format: "der" },
+    privateKeyEncoding: { type: "pkcs8", format: "pem" }
+  })
+).pipe(Effect.map(({ privateKey, publicKey }) => ({ privateKey, publicKey: Buffer.from(publicKey).toString("base64") })))
+
+export class DkimKeys extends Effect.Service<DkimKeys>()("mailroom/DkimKeys", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const sealing = yield* Effect.flatMap(ServiceKey, (k) => k.derive(SEAL_PURPOSE))
+    const managed = (yield* AppConfig).managedInboxDomain.toLowerCase()
+    const signingCache = new Map<string, DkimSigning>()
+
+    const aad = (domain: string, selector: string) => `${selector}._domainkey.${domain}`
+
+    const insertKey = (domain: string, domainId: string | null) =>
+      Effect.gen(function*() {
+        const pair = yield* newKeyPair
+        const sealed = seal(sealing, pair.privateKey, aad(domain, DKIM_SELECTOR))
+        // Two processes may make a key at once; the unique index keeps the first.
+        yield* sql`INSERT INTO dkim_keys (domain, domain_id, selector, private_key, public_key)
+                   VALUES (${domain}, ${domainId}, ${DKIM_SELECTOR}, ${sealed}, ${pair.publicKey})
+                   ON CONFLICT DO NOTHING`
+      }).pipe(Effect.orDie)
+
+    const keyOfDomainId = (domainId: string) =>
+      sql<KeyRow>`SELECT * FROM dkim_keys WHERE domain_id = ${domainId}`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    const serviceKey = sql<KeyRow>`SELECT * FROM dkim_keys WHERE domain = ${managed} AND domain_id IS NULL`.pipe(
+      Effect.map((rows) => Option.fromNullable(rows[0])),
+      Effect.orDie
+    )
+
+    const recordOf = (row: KeyRow): DkimRecord => ({
+      type: "TXT",
+      name: dkimRecordName(row.selector, row.domain),
+      value: dkimRecordValue(row.public_key)
+    })
+
+    /** Makes the key of a claimed domain (at claim; again harmlessly for a domain that has one). */
+    const createForDomain = (domainId: string, domain: string) =>
+      Effect.flatMap(keyOfDomainId(domainId), (found) => (Option.isSome(found) ? Effect.void : insertKey(domain, domainId)))
+
+    /** The DNS record of a domain's key, made first when a domain claimed before keys existed has none. */
+    const recordForDomain = (domainId: string, domain: string) =>
+      Effect.gen(function*() {
+        yield* createForDomain(domainId, domain)
+        return recordOf(Option.getOrThrow(yield* keyOfDomainId(domainId)))
+      })
+
+    const toSigning = (row: KeyRow): DkimSigning => {
+      const privateKey = open(sealing, row.private_key, aad(row.domain, row.selector))
+      if (privateKey === undefined) throw new Error(`the DKIM key of ${row.domain} does not open under this master key`)
+      return { domainName: row.domain, keySelector: row.selector, privateKey }
+    }
+
+    /** The service key of the managed inbox domain (made on first use). */
+    const managedSigning = Effect.gen(function*() {
+      const cached = signingCache.get(managed)
+      if (cached !== undefined) return cached
+      let row = yield* serviceKey
+      if (Option.isNone(row)) {
+        yield* insertKey(managed, null)
+        row = yield* serviceKey
+      }
+      const signing = toSigning(Option.getOrThrow(row))
+      signingCache.set(managed, signing)
+      return signing
+    })
+
+    /** The public record of the managed domain's service key (for operators and tests). */
+    const managedRecord = Effect.flatMap(managedSigning, () => Effect.map(serviceKey, (r) => recordOf(Option.getOrThrow(r))))
+
+    /**
+     * How to sign mail from `address`: the managed domain's service key, or the key of the
+     * organization's verified domain the address is at.
+     */
+    const signingFor = (orgId: string, address: string) =>
+      Effect.gen(function*() {
+        const domain = address.slice(address.lastIndexOf("@") + 1).toLowerCase()
+        if (domain === managed) return Option.some(yield* managedSigning)
+        const rows = yield* sql<{ id: string }>`SELECT id FROM domains
+          WHERE org_id = ${orgId} AND domain = ${domain} AND verified_at IS NOT NULL`.pipe(Effect.orDie)
+        const domainId = rows[0]?.id
+        if (domainId === undefined) return Option.none<DkimSigning>()
+        yield* createForDomain(domainId, domain)
+        return Option.map(yield* keyOfDomainId(domainId), toSigning)
+      })
+
+    return { createForDomain, recordForDomain, managedSigning, managedRecord, signingFor } as const
+  }),
+  dependencies: [ServiceKey.Default]
+}) {}

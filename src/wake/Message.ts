@@ -98,6 +98,8 @@ export interface ComposeInput {
   readonly scheduledFor: Date
   readonly firedAt: Date
   readonly secret: string
+  /** The managed inbox domain's DKIM key: wake emails are signed like all mail of the service. */
+  readonly dkim?: { readonly domainName: string; readonly keySelector: string; readonly privateKey: string }
 }
 
 /**
@@ -124,6 +126,7 @@ export const composeWake = (input: ComposeInput): Promise<{ readonly raw: Buffer
       "Auto-Submitted": "auto-generated"
     },
     text: `Wake command "${input.type}" for function ${input.functionId}, scheduled for ${input.scheduledFor.toISOString()}.\n`,
-    attachments: [{ filename: "command.json", content: json, contentType: "application/json" }]
+    attachments: [{ filename: "command.json", content: json, contentType: "application/json" }],
+    ...(input.dkim !== undefined ? { dkim: { ...input.dkim } } : {})
   }).then((info) => ({ raw: info.message as unknown as Buffer, messageId }))
 }

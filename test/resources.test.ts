@@ -113,8 +113,9 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expect(d).toMatchObject({ org_id: orgId, domain, verified: false })
         expect(d.verification_token).toMatch(/^[A-Za-z0-9]{32}$/)
         expect(d.dns_records).toEqual([
-          { type: "TXT", name: `_mailroom.${domain}`, value: `mailroom-verification=${d.verification_token}`, priority: null },
-          { type: "MX", name: domain, value: MANAGED, priority: 10 }
+          { type: "TXT", name: `_mailroom.${domain}`, value: `mailroom-verification=${d.verification_token}`, priority: null, purpose: "verification" },
+          { type: "MX", name: domain, value: MANAGED, priority: 10, purpose: "inbound" },
+          { type: "TXT", name: `mailroom._domainkey.${domain}`, value: expect.stringMatching(/^v=DKIM1; k=rsa; p=/), priority: null, purpose: "dkim" }
         ])
         expect(d).not.toHaveProperty("is_active")
         expect(d).not.toHaveProperty("spam_threshold")
@@ -136,7 +137,8 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expect(ok.body.data).toMatchObject({ id: d.id, verified: true, is_active: true, spam_threshold: null })
         expect(ok.body.data.verification).toMatchObject({ txt: "ok", mx: "ok" })
         expect(ok.body.data).not.toHaveProperty("verification_token")
-        expect(ok.body.data).not.toHaveProperty("dns_records")
+        // Once verified, the records to keep: MX and the DKIM key outgoing mail is signed with.
+        expect(ok.body.data.dns_records.map((r: { purpose: string }) => r.purpose)).toEqual(["inbound", "dkim"])
         const rows = yield* sql<{ v: Date | null }>`SELECT verified_at AS v FROM domains WHERE id = ${d.id}`
         expect(rows[0]!.v).not.toBeNull()
         // Verifying again is harmless.

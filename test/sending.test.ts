@@ -193,6 +193,36 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail", (it) =>
       }))
   })
 
+  describe("registry recipients", () => {
+    it.effect("registry:<name>/<handle> resolves to the published entry's address; a pending entry is refused", () =>
+      Effect.gen(function*() {
+        const owner = yield* newOrg()
+        const name = unique("agents")
+        const reg = yield* call("POST", "/v1/registries", { token: owner.token, body: { name, publish_policy: "request" } })
+        expect(reg.status, reg.text).toBe(201)
+        const pub = yield* call("POST", `/v1/registries/${name}/entries`, { token: owner.token, body: { handle: "billing", address: owner.inbox } })
+        expect(pub.status, pub.text).toBe(201)
+        const other = yield* newOrg()
+        const pending = yield* call("POST", `/v1/registries/${name}/entries`, { token: other.token, body: { handle: "support", address: other.inbox } })
+        expect(pending.body.data.status).toBe("pending")
+
+        const sender = yield* newOrg()
+        const r = yield* send(sender.token, { from: sender.inbox, to: `registry:${name}/billing`, cc: "cc@example.org", subject: "invoice", text: "t" })
+        expect(r.status, r.text).toBe(201)
+        expect(r.body.data.to).toEqual([owner.inbox])
+        expect((yield* relayed((x) => x.to.includes(owner.inbox))).length).toBe(1)
+
+        const refused = yield* send(sender.token, { from: sender.inbox, to: `registry:${name}/support`, subject: "s", text: "t" })
+        expect(refused.status).toBe(400)
+        expect(refused.body.error.message).toContain(`to: registry:${name}/support is not a published registry entry`)
+        // The resolved address is what the first-send gate judges.
+        const agent = yield* newOrg("agent")
+        const gated = yield* send(agent.token, { from: agent.inbox, to: `registry:${name}/billing`, subject: "s", text: "t" })
+        expect(gated.status).toBe(403)
+        expect(gated.body.error.gates[0].subject).toBe(owner.inbox)
+      }))
+  })
+
   describe("the first-send gate (send_to_known_addresses)", () => {
     it.effect("refuses unknown recipients with one gates[] entry each; lifts once that address writes in", () =>
       Effect.gen(function*() {

@@ -3,26 +3,34 @@
  * secrets, one transaction: a refused endpoint leaves no function behind), and templates driven end
  * to end by mail: remember-senders counts senders in its memory, forward-to-webhook re-posts the
  * event with a signature the receiver verifies with the account secret (and a failing target makes
- * the delivery fail and retry).
+ * the delivery fail and retry), auto-reply answers through the API (the reply reaches the relay,
+ * threaded) and daily-digest's wake mails the digest of what came in.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Context, Effect, Layer } from "effect"
+import { simpleParser } from "mailparser"
 import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { loadTemplates } from "../src/templates/Catalog.js"
 import { TestServer, testService } from "./support/harness.js"
 import { eventually, startHooks, verifySignature } from "./support/hooks.js"
 import { call } from "./support/http.js"
+import { startTestRelay, type TestRelay } from "./support/relay.js"
+
+class Relay extends Context.Tag("test/Relay")<Relay, TestRelay>() {}
 
 const Env = Provisioning.Default.pipe(
-  Layer.provideMerge(testService({
-    FUNCTION_TIMEOUT: "10s",
-    DELIVERY_RETRY_DELAYS: "300ms,600ms",
-    DNS_SERVER: "127.0.0.1:9",
-    // forward-to-webhook posts to a receiver on loopback.
-    FUNCTION_ALLOW_PRIVATE_NETWORK: "true"
-  }))
+  Layer.provideMerge(Layer.unwrapScoped(Effect.map(startTestRelay, (relay) =>
+    testService({
+      FUNCTION_TIMEOUT: "10s",
+      DELIVERY_RETRY_DELAYS: "300ms,600ms",
+      DNS_SERVER: "127.0.0.1:9",
+      // forward-to-webhook posts to a receiver on loopback.
+      FUNCTION_ALLOW_PRIVATE_NETWORK: "true",
+      // Mail the templates send (auto-reply, daily-digest) reaches this relay.
+      OUTBOUND_SMTP_URL: relay.url
+    }).pipe(Layer.merge(Layer.succeed(Relay, relay))))))
 )
 
 const newOrg = (plan: "agent" | "developer" = "developer") =>
@@ -44,12 +52,12 @@ const until = <A, E, R>(what: string, probe: Effect.Effect<A | undefined, E, R>)
     return yield* Effect.dieMessage(`timed out waiting for ${what}`)
   })
 
-const sendMail = (to: string, from: string, subject: string) =>
+const sendMail = (to: string, from: string, subject: string, messageId?: string) =>
   Effect.flatMap(TestServer, (server) =>
     Effect.promise(async () => {
       const transport = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true })
       try {
-        await transport.sendMail({ from, to, subject, text: `body of ${subject}` })
+        await transport.sendMail({ from, to, subject, text: `body of ${subject}`, ...(messageId !== undefined ? { messageId } : {}) })
       } finally {
         transport.close()
       }
@@ -194,6 +202,60 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("templates", (it) =>
         expect(listed.body.data.map((w: { id: string }) => w.id)).toEqual([wakes[0].id])
         const plain = yield* call("POST", "/v1/templates/remember-senders/install", { token: org.token, body: { name: "plain" } })
         expect(plain.body.data.wakes).toEqual([])
+      }))
+  })
+
+  describe("sending mail", () => {
+    it.effect("auto-reply answers through env.MAILROOM: the reply reaches the relay, threaded, once per sender", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const relay = yield* Relay
+        const installed = yield* call("POST", "/v1/templates/auto-reply/install", {
+          token: org.token,
+          body: { route: { pattern: org.inbox }, secrets: { REPLY_TEXT: "Got it, thanks." } }
+        })
+        expect(installed.status, installed.text).toBe(201)
+        const sender = `asker-${Math.random().toString(36).slice(2, 8)}@example.com`
+        yield* sendMail(org.inbox, `Asker <${sender}>`, "Opening hours?", "<ask-1@example.com>")
+        const m = yield* until("the auto-reply at the relay", Effect.sync(() => relay.messages.find((x) => x.to.includes(sender))))
+        expect(m.from).toBe(org.inbox)
+        const parsed = yield* Effect.promise(() => simpleParser(m.raw))
+        expect(parsed.subject).toBe("Re: Opening hours?")
+        expect(parsed.inReplyTo).toBe("<ask-1@example.com>")
+        expect(parsed.references).toBe("<ask-1@example.com>")
+        expect(parsed.text?.trim()).toBe("Got it, thanks.")
+        const sent = yield* call("GET", `/v1/sent-emails?to=${encodeURIComponent(sender)}`, { token: org.token })
+        expect(sent.body.data).toHaveLength(1)
+        expect(sent.body.data[0]).toMatchObject({ status: "sent", in_reply_to: "<ask-1@example.com>" })
+        // A second message from the same sender the same day is not answered again.
+        yield* sendMail(org.inbox, sender, "And on Sundays?", "<ask-2@example.com>")
+        yield* until("the second message's delivery", Effect.map(call("GET", `/v1/webhooks/deliveries?status=delivered`, { token: org.token }), (r) =>
+          r.body.data.length >= 2 ? true : undefined))
+        expect(relay.messages.filter((x) => x.to.includes(sender))).toHaveLength(1)
+      }))
+
+    it.effect("daily-digest: its wake mails the digest of the mail collected since the last one", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const relay = yield* Relay
+        const digestTo = `digest-${Math.random().toString(36).slice(2, 8)}@example.com`
+        const installed = yield* call("POST", "/v1/templates/daily-digest/install", {
+          token: org.token,
+          body: { secrets: { DIGEST_TO: digestTo }, route: { pattern: org.inbox } }
+        })
+        expect(installed.status, installed.text).toBe(201)
+        yield* sendMail(org.inbox, "news@example.org", "Release notes")
+        yield* sendMail(org.inbox, "ops@example.org", "Disk almost full")
+        yield* until("both collected", Effect.map(call("GET", `/v1/webhooks/deliveries?status=delivered`, { token: org.token }), (r) =>
+          r.body.data.length >= 2 ? true : undefined))
+        const run = yield* call("POST", `/v1/wakes/${installed.body.data.wakes[0].id}/run`, { token: org.token })
+        expect(run.status, run.text).toBe(200)
+        const m = yield* until("the digest at the relay", Effect.sync(() => relay.messages.find((x) => x.to.includes(digestTo))))
+        expect(m.from).toBe(org.inbox)
+        const parsed = yield* Effect.promise(() => simpleParser(m.raw))
+        expect(parsed.subject).toBe("Digest: 2 new messages")
+        expect(parsed.text).toContain("Release notes")
+        expect(parsed.text).toContain("Disk almost full")
       }))
   })
 

@@ -17,7 +17,10 @@ export const DnsRecord = Schema.Struct({
   type: Schema.Literal("TXT", "MX"),
   name: Schema.String,
   value: Schema.String,
-  priority: Schema.NullOr(Schema.Int)
+  priority: Schema.NullOr(Schema.Int),
+  purpose: Schema.Literal("verification", "inbound", "dkim").annotations({
+    description: "`verification`: proves the claim; `inbound`: routes the domain's mail here; `dkim`: the public key outgoing mail is signed with"
+  })
 }).annotations({ identifier: "DnsRecord" })
 
 export const VerificationReport = Schema.Struct({
@@ -42,7 +45,8 @@ export const VerifiedDomain = Schema.Struct({
   verified: Schema.Literal(true),
   verified_at: DateTimeString,
   is_active: Schema.Boolean,
-  spam_threshold: Schema.NullOr(Schema.Number)
+  spam_threshold: Schema.NullOr(Schema.Number),
+  dns_records: Schema.Array(DnsRecord).annotations({ description: "records to keep published (the DKIM key signs outgoing mail)" })
 }).annotations({ identifier: "VerifiedDomain" })
 
 export const UnverifiedDomain = Schema.Struct({
@@ -105,6 +109,13 @@ export class DomainsApi extends HttpApiGroup.make("domains")
       .setUrlParams(ListQuery)
       .addSuccess(OkList(Domain, "Domain"))
       .annotate(OpenApi.Summary, "Verified and unverified domains, newest first")
+  )
+  .add(
+    HttpApiEndpoint.get("get", "/domains/:id")
+      .setPath(IdPath)
+      .addSuccess(Ok(Domain, "Domain"))
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "A domain with the DNS records to publish (verification, MX, and its DKIM key)")
   )
   .add(
     HttpApiEndpoint.patch("update", "/domains/:id")

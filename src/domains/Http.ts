@@ -18,6 +18,7 @@ import { AppConfig } from "../platform/Config.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
 import { randomToken } from "../platform/Secrets.js"
+import { type DkimRecord, DkimKeys } from "../sending/Dkim.js"
 import type { Domain } from "./Api.js"
 import { type DomainRow, DomainsRepo } from "./Repo.js"
 
@@ -28,7 +29,8 @@ export const VERIFIES_PER_MINUTE = { limit: 20, windowSeconds: 60 } as const
 
 type Report = NonNullable<Extract<Domain, { verified: false }>["verification"]>
 
-export const toDomain = (row: DomainRow, managedDomain: string, report?: Report): Domain => {
+export const toDomain = (row: DomainRow, managedDomain: string, dkim: DkimRecord | undefined, report?: Report): Domain => {
+  const dkimRecords = dkim === undefined ? [] : [{ ...dkim, priority: null, purpose: "dkim" as const }]
   const common = {
     id: row.id,
     org_id: row.org_id,
@@ -43,7 +45,11 @@ export const toDomain = (row: DomainRow, managedDomain: string, report?: Report)
       verified: true as const,
       verified_at: row.verified_at,
       is_active: row.is_active,
-      spam_threshold: row.spam_threshold === null ? null : Number(row.spam_threshold)
+      spam_threshold: row.spam_threshold === null ? null : Number(row.spam_threshold),
+      dns_records: [
+        { type: "MX" as const, name: row.domain, value: managedDomain, priority: 10, purpose: "inbound" as const },
+        ...dkimRecords
+      ]
     }
   }
   return {
@@ -51,8 +57,9 @@ export const toDomain = (row: DomainRow, managedDomain: string, report?: Report)
     verified: false as const,
     verification_token: row.verification_token,
     dns_records: [
-      { type: "TXT" as const, name: txtName(row.domain), value: `${TXT_PREFIX}${row.verification_token}`, priority: null },
-      { type: "MX" as const, name: row.domain, value: managedDomain, priority: 10 }
+      { type: "TXT" as const, name: txtName(row.domain), value: `${TXT_PREFIX}${row.verification_token}`, priority: null, purpose: "verification" as const },
+      { type: "MX" as const, name: row.domain, value: managedDomain, priority: 10, purpose: "inbound" as const },
+      ...dkimRecords
     ]
   }
 }
@@ -69,6 +76,7 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
     const limiter = yield* RateLimiter
     const config = yield* AppConfig
     const managed = config.managedInboxDomain.toLowerCase()
+    const dkim = yield* DkimKeys
     const orgId = Effect.map(CurrentPrincipal, (p) => p.orgId)
 
     const owned = (org: string, id: string) =>
@@ -120,7 +128,7 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
           const confirmed = payload.confirmed === true
           if (mx.state === "other" && !confirmed) return yield* mxConflict(domain, mx.hosts)
           const row = yield* repo.insert({ orgId: org, domain, token: randomToken(32), mxOverride: confirmed && mx.state === "other" })
-          return toDomain(row, managed)
+          return toDomain(row, managed, yield* dkim.recordForDomain(row.id, row.domain))
         }))
       .handle("verify", ({ path, payload }) =>
         Effect.gen(function*() {
@@ -129,7 +137,8 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
           // publishing the record must look again).
           yield* noStore
           const row = yield* owned(org, path.id)
-          if (row.verified_at !== null) return toDomain(row, managed)
+          const key = yield* dkim.recordForDomain(row.id, row.domain)
+          if (row.verified_at !== null) return toDomain(row, managed, key)
           yield* limiter.enforce(`domains:verify:org:${org}`, VERIFIES_PER_MINUTE, "domain verification")
           const confirmed = payload?.confirmed === true
           const mx = yield* mxState(row.domain)
@@ -143,7 +152,7 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
           const overrideNow = mx.state === "other" && confirmed
           if (txtState !== "ok") {
             const updated = yield* repo.checked(row.id, overrideNow)
-            return toDomain(updated, managed, {
+            return toDomain(updated, managed, key, {
               txt: txtState,
               mx: mxReport,
               message: txtState === "missing"
@@ -155,7 +164,7 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
             return yield* new Conflict({ message: `${row.domain} is already verified by another organization` })
           }
           const verified = yield* repo.markVerified(row.id, row.domain, overrideNow)
-          return toDomain(verified, managed, {
+          return toDomain(verified, managed, key, {
             txt: "ok",
             mx: mxReport,
             message: mx.state === "ok" ? "verified; mail for this domain is accepted" :
@@ -168,7 +177,13 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
           const after = yield* decodeCursor(urlParams.cursor)
           const limit = urlParams.limit ?? DEFAULT_PAGE_SIZE
           const { rows, total } = yield* repo.list(org, limit, after)
-          return pageOf(rows, limit, total, (r) => toDomain(r, managed))
+          const keys = yield* Effect.forEach(rows, (r) => dkim.recordForDomain(r.id, r.domain))
+          return pageOf(rows.map((r, i) => ({ ...r, key: keys[i] })), limit, total, (r) => toDomain(r, managed, r.key))
+        }))
+      .handle("get", ({ path }) =>
+        Effect.gen(function*() {
+          const row = yield* owned(yield* orgId, path.id)
+          return toDomain(row, managed, yield* dkim.recordForDomain(row.id, row.domain))
         }))
       .handle("update", ({ path, payload }) =>
         Effect.gen(function*() {
@@ -180,7 +195,7 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
           if (row.verified_at === null) {
             return yield* new Conflict({ message: `${row.domain} is not verified yet; verify it before changing its settings` })
           }
-          return toDomain(yield* repo.update(row.id, payload), managed)
+          return toDomain(yield* repo.update(row.id, payload), managed, yield* dkim.recordForDomain(row.id, row.domain))
         }))
       .handle("remove", ({ path }) =>
         Effect.gen(function*() {
@@ -188,7 +203,8 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
           const removed = yield* repo.remove(org, path.id)
           return yield* Option.match(removed, {
             onNone: () => Effect.fail(new NotFound({ message: `no domain ${path.id}` })),
-            onSome: (r) => Effect.succeed(toDomain(r, managed))
+            // The key went with the domain.
+            onSome: (r) => Effect.succeed(toDomain(r, managed, undefined))
           })
         }))
-  })).pipe(Layer.provide([DomainsRepo.Default, Dns.Default, PlanGate.Default]))
+  })).pipe(Layer.provide([DomainsRepo.Default, Dns.Default, PlanGate.Default, DkimKeys.Default]))

@@ -128,6 +128,8 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     const leaseMs = Duration.toMillis(config.outboundTimeout) + 30_000
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+    // Making the managed domain's key (an RSA key pair) takes a moment: not on a first send's clock.
+    yield* Effect.forkDaemon(Effect.ignore(dkim.managedSigning))
 
     const orgFacts = (orgId: string) =>
       sql<{ plan: Plan; discard: boolean; granted: ReadonlyArray<Entitlement> }>`

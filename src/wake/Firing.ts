@@ -12,6 +12,7 @@ import { analyze } from "../inbound/Analyze.js"
 import { Recipients } from "../inbound/Recipients.js"
 import { InboundStore } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
+import { DkimKeys } from "../sending/Dkim.js"
 import { commandOf, composeWake, WAKE_SENDER_LOCAL, wakeAddress } from "./Message.js"
 import { payloadOf, type WakeRow } from "./Repo.js"
 
@@ -26,6 +27,7 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
     const store = yield* InboundStore
     const sql = yield* SqlClient.SqlClient
     const domain = config.managedInboxDomain
+    const dkim = yield* DkimKeys
 
     /** Stores the wake's email for the firing due at `scheduledFor`; answers the email's id. */
     const fire = (wake: WakeRow, scheduledFor: Date) =>
@@ -34,6 +36,7 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
         // Reading the secret creates it on first use; the current one signs.
         const secret = yield* secrets.get(wake.org_id)
         if (Option.isNone(secret)) return yield* new FiringFailed({ reason: "the organization no longer exists", retry: false })
+        const signing = yield* dkim.managedSigning
         const { raw, messageId } = yield* Effect.promise(() =>
           composeWake({
             domain,
@@ -44,7 +47,8 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
             scheduledFor,
             firedAt,
             secret: secret.value,
-            threadId: wake.watch_thread_id
+            threadId: wake.watch_thread_id,
+            dkim: signing
           })
         )
         const stored = yield* sql<{ id: string }>`SELECT id FROM emails WHERE org_id = ${wake.org_id} AND message_id = ${messageId} LIMIT 1`
@@ -74,5 +78,6 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
       })
 
     return { fire } as const
-  })
+  }),
+  dependencies: [DkimKeys.Default]
 }) {}

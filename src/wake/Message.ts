@@ -102,6 +102,8 @@ export interface ComposeInput {
   readonly secret: string
   /** A thread watch's thread: the function learns which conversation went silent. */
   readonly threadId: string | null
+  /** The managed inbox domain's DKIM key: wake emails are signed like all mail of the service. */
+  readonly dkim?: { readonly domainName: string; readonly keySelector: string; readonly privateKey: string }
 }
 
 /**
@@ -129,6 +131,7 @@ export const composeWake = (input: ComposeInput): Promise<{ readonly raw: Buffer
       "Auto-Submitted": "auto-generated"
     },
     text: `Wake command "${input.type}" for function ${input.functionId}, scheduled for ${input.scheduledFor.toISOString()}.\n`,
-    attachments: [{ filename: "command.json", content: json, contentType: "application/json" }]
+    attachments: [{ filename: "command.json", content: json, contentType: "application/json" }],
+    ...(input.dkim !== undefined ? { dkim: { ...input.dkim } } : {})
   }).then((info) => ({ raw: info.message as unknown as Buffer, messageId }))
 }

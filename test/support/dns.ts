@@ -10,7 +10,8 @@ import { testService } from "./harness.js"
 export interface ZoneEntry {
   A?: Array<string>
   AAAA?: Array<string>
-  TXT?: Array<string>
+  /** A record longer than 255 characters is given as its character strings (a DKIM key). */
+  TXT?: Array<string | Array<string>>
   MX?: Array<{ exchange: string; priority: number }>
   /** Answer SERVFAIL for this name (a broken authoritative server). */
   SERVFAIL?: boolean

@@ -13,6 +13,7 @@ import { WebhookDelivery } from "../src/deliveries/Api.js"
 import { Email, EmailSummary } from "../src/emails/Api.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { SearchResponse } from "../src/search/Api.js"
+import { SentEmail } from "../src/sending/Api.js"
 import { Thread, ThreadWithMessages } from "../src/threads/Api.js"
 import { DEMO_RATE_LIMIT } from "../src/platform/RequestPipeline.js"
 import { mkdtempSync } from "node:fs"
@@ -20,9 +21,10 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { runCli } from "./support/cli.js"
 import { TestServer, testService } from "./support/harness.js"
-import { call } from "./support/http.js"
+import { call, call as callAs } from "./support/http.js"
 
-const Env = Provisioning.Default.pipe(Layer.provideMerge(testService()))
+// Behind a trusted proxy (loopback), a test block can be a client of its own: the demo window is per client.
+const Env = Provisioning.Default.pipe(Layer.provideMerge(testService({ TRUSTED_PROXIES: "127.0.0.0/8" })))
 
 /** Row counts of every table but the limiter's windows (the only thing a demo call may write). */
 const rowCounts = Effect.gen(function*() {
@@ -126,6 +128,9 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
           ["/v1/demo/threads/{id}", "/v1/threads/{id}"],
           ["/v1/demo/search", "/v1/search"]
         ]
+        const posted = (path: string) => spec.paths[path].post
+        expect(posted("/v1/demo/send-mail").requestBody).toEqual(posted("/v1/send-mail").requestBody)
+        expect(posted("/v1/demo/send-mail").responses["201"]).toEqual(posted("/v1/send-mail").responses["201"])
         for (const [demo, real] of twins) {
           expect(ok(demo), demo).toEqual(ok(real))
           expect(ok(demo).$ref, demo).toMatch(/^#\/components\/schemas\//)
@@ -222,6 +227,8 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
   describe("search", () => {
     it.effect("lexical, semantic and hybrid over the demo mailbox, in the real response shape, the same results every call", () =>
       Effect.gen(function*() {
+        // This block's own client address: its polling does not use up the other blocks' demo window.
+        const call = (method: string, path: string) => callAs(method, path, { headers: { "x-forwarded-for": "198.51.100.23" } })
         const lexical = yield* call("GET", "/v1/demo/search?q=invoice&mode=lexical")
         expect(lexical.status, lexical.text).toBe(200)
         expect(decodes(SearchResponse, lexical.body)).toBe(true)
@@ -238,7 +245,12 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
         const spam = yield* call("GET", "/v1/demo/search?q=lottery&mode=lexical")
         expect(spam.body.data.results).toEqual([])
 
-        const semantic = yield* call("GET", `/v1/demo/search?q=${encodeURIComponent("rescheduling a meeting")}&mode=semantic`)
+        // The demo's vectors are made in the background after the first search: until then, nothing semantic.
+        let semantic = yield* call("GET", `/v1/demo/search?q=${encodeURIComponent("rescheduling a meeting")}&mode=semantic`)
+        for (let i = 0; i < 50 && semantic.status === 200 && semantic.body.data.results.length === 0; i++) {
+          yield* Effect.sleep("1 second")
+          semantic = yield* call("GET", `/v1/demo/search?q=${encodeURIComponent("rescheduling a meeting")}&mode=semantic`)
+        }
         expect(semantic.status, semantic.text).toBe(200)
         expect(semantic.body.meta.embedding_model).toEqual(expect.any(String))
         expect(semantic.body.data.results.slice(0, 3).map((r: { subject: string }) => r.subject)).toContain("Can we move Thursday's call?")
@@ -254,6 +266,69 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
         const bad = yield* call("GET", "/v1/demo/search?q=")
         expect(bad.status).toBe(400)
         expect(bad.body.error.code).toBe("validation_error")
+      }), 120_000)
+  })
+
+  describe("send-mail", () => {
+    it.effect("validates exactly like POST /send-mail and answers the sent email it would, sending and storing nothing", () =>
+      Effect.gen(function*() {
+        const as = { "x-forwarded-for": "198.51.100.24" }
+        const p = yield* Provisioning
+        const org = yield* p.createOrganization({ name: "Demo twin", plan: "developer" })
+        const key = yield* p.issueApiKey(org.id)
+        const body = { from: "Agent <agent@demo.example>", to: ["maria@northwind.example"], subject: "Re: Invoice", text: "Paid, thanks." }
+        const sent = yield* call("POST", "/v1/demo/send-mail", { body, headers: { ...as, "idempotency-key": "demo-1" } })
+        expect(sent.status, sent.text).toBe(201)
+        expect(decodes(SentEmail, sent.body.data)).toBe(true)
+        expect(sent.headers.get("idempotency-key")).toBe("demo-1")
+        expect(sent.body.data).toMatchObject({
+          status: "sent",
+          from: "Agent <agent@demo.example>",
+          to: ["maria@northwind.example"],
+          subject: "Re: Invoice",
+          error: null,
+          content_discarded: false
+        })
+        const again = yield* call("POST", "/v1/demo/send-mail", { body, headers: as })
+        expect(again.body.data).toEqual(sent.body.data)
+        const tagged = yield* call("POST", "/v1/demo/send-mail", { body: { ...body, from: "agent+billing@demo.example" }, headers: as })
+        expect(tagged.status).toBe(201)
+        expect(tagged.body.data.id).not.toBe(sent.body.data.id)
+        const later = new Date(Date.now() + 3_600_000).toISOString()
+        const scheduled = yield* call("POST", "/v1/demo/send-mail", { body: { ...body, send_at: later }, headers: as })
+        expect(scheduled.body.data).toMatchObject({ status: "scheduled", sent_at: null })
+        expect(Date.parse(scheduled.body.data.send_at)).toBe(Date.parse(later))
+
+        const foreign = yield* call("POST", "/v1/demo/send-mail", { body: { ...body, from: "me@example.com" }, headers: as })
+        expect(foreign.status).toBe(403)
+        expect(foreign.body.error).toMatchObject({ code: "cannot_send_from_domain", details: { valid_senders: ["agent@demo.example"] } })
+        const discard = yield* call("POST", "/v1/demo/send-mail", { body: { ...body, discard_content: true }, headers: as })
+        expect(discard.status).toBe(403)
+        expect(discard.body.error.code).toBe("discard_not_enabled")
+
+        // Each invalid body: the same 400 and the same issues as the authenticated operation.
+        const invalid: ReadonlyArray<Record<string, unknown>> = [
+          { ...body, text: undefined },
+          { ...body, to: [] },
+          { ...body, to: "not an address" },
+          { ...body, subject: "" },
+          { ...body, subject: "two\nlines" },
+          { ...body, headers: { "Reply-To": "x@example.com" } },
+          { ...body, send_at: "2020-01-01T00:00:00Z" },
+          { ...body, send_at: new Date(Date.now() + 40 * 86_400_000).toISOString() },
+          { ...body, attachments: [{ filename: "a.txt", content_base64: "***" }] },
+          { ...body, to: Array.from({ length: 51 }, (_, i) => `r${i}@example.com`) },
+          { ...body, unknown_field: 1 },
+          { ...body, to: ["registry:nope/none"] }
+        ]
+        for (const b of invalid) {
+          const clean = JSON.parse(JSON.stringify(b))
+          const demo = yield* call("POST", "/v1/demo/send-mail", { body: clean, headers: as })
+          const real = yield* call("POST", "/v1/send-mail", { body: clean, token: key.apiKey })
+          expect(demo.status, JSON.stringify(clean)).toBe(400)
+          expect(real.status, JSON.stringify(clean)).toBe(400)
+          expect(demo.body.error, JSON.stringify(clean)).toEqual(real.body.error)
+        }
       }), 120_000)
   })
 
@@ -289,6 +364,11 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo", (it) => {
         expect(stillOk.status).toBe(200)
         expect(Number(stillOk.headers.get("ratelimit-remaining"))).toBe(orgRemaining - 2)
 
+        const send = yield* call("POST", "/v1/demo/send-mail", {
+          body: { from: "agent@demo.example", to: "x@example.com", subject: "hi", text: "hi" },
+          headers: { "x-forwarded-for": "198.51.100.25" }
+        })
+        expect(send.status).toBe(201)
         expect(yield* rowCounts).toEqual(before)
       }))
   })

@@ -816,7 +816,7 @@ export const wakeAdd = leaf({
 
 export const wakeWatch = leaf({
   name: "watch",
-  summary: "Wake a function if no mail joins a thread within a time (\"wake me if no reply\")",
+  summary: "Wake a function unless mail joins a thread in time",
   description: "The watch ends by itself (canceled, reason replied) when received mail joins the thread in time; " +
     "otherwise the function gets event wake.command with wake.thread_id. `mailroom wake cancel <id>` stops it.",
   flags: {

@@ -5,11 +5,12 @@
  */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Account } from "../account/Api.js"
-import { IdPath, Ok, OkList } from "../contract/Envelope.js"
+import { IdempotencyHeaders, IdPath, Ok, OkList } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { DeliveryListParams, WebhookDelivery } from "../deliveries/Api.js"
 import { Email, EmailListParams, EmailSummary } from "../emails/Api.js"
 import { SearchQuery, SearchResponse } from "../search/Api.js"
+import { SendMail, SentEmail } from "../sending/Api.js"
 import { Thread, ThreadListQuery, ThreadWithMessages } from "../threads/Api.js"
 
 export class DemoApi extends HttpApiGroup.make("demo")
@@ -51,6 +52,15 @@ export class DemoApi extends HttpApiGroup.make("demo")
       .addError(Wire.SearchTimeout)
       .addError(Wire.ServiceUnavailable)
       .annotate(OpenApi.Summary, "Search the demo mailbox, as GET /search does: hybrid (default), lexical or semantic")
+  )
+  .add(
+    HttpApiEndpoint.post("sendMail", "/demo/send-mail")
+      .setPayload(SendMail)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Ok(SentEmail, "SentEmail"), { status: 201 })
+      .addError(Wire.CannotSendFromDomain)
+      .addError(Wire.DiscardNotEnabled)
+      .annotate(OpenApi.Summary, "Validate a send exactly as POST /send-mail does and answer the sent email, sending and storing nothing")
   )
   .add(
     HttpApiEndpoint.get("deliveries", "/demo/webhooks/deliveries")

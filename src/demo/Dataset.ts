@@ -14,6 +14,8 @@ import type { ThreadWatch } from "../wake/Api.js"
 
 export const DEMO_SEED = "mailroom-demo-v1"
 export const DEMO_INBOX = "agent@demo.example"
+/** The demo's "now": when its sandbox send-mail says a message was sent. */
+export const DEMO_NOW = new Date("2026-01-09T12:00:00.000Z")
 export const DEMO_ENDPOINT_URL = "https://agent.demo.example/webhooks/mailroom"
 
 /** A stable UUID (version 4 layout) for the n-th thing of a kind: the same on every call. */

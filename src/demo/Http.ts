@@ -6,6 +6,7 @@ import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf, type Position } from "../contract/Paging.js"
 import { AppConfig } from "../platform/Config.js"
 import { DemoSearch } from "./Search.js"
+import { demoSendMail } from "./SendMail.js"
 import { toMessage, toThread } from "../threads/Http.js"
 import { demoAccount, demoDeliveries, demoEmailById, demoEmails, type DemoThread, demoThreads } from "./Dataset.js"
 
@@ -83,6 +84,7 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
           : Effect.succeed({ ...threadOf(found), messages: found.messages.map(toMessage), watches: found.watches })
       })
       .handle("search", ({ urlParams }) => search.search(urlParams))
+      .handle("sendMail", ({ payload }) => demoSendMail(payload))
       .handle("deliveries", ({ urlParams: q }) =>
         Effect.gen(function*() {
           const after = yield* decodeCursor(q.cursor)

@@ -5,7 +5,7 @@
  * per process), reciprocal rank fusion, and the same time budget.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect } from "effect"
+import { Clock, Duration, Effect, Schedule } from "effect"
 import { SearchTimeout, ServiceUnavailable } from "../contract/Errors.js"
 import { AppConfig } from "../platform/Config.js"
 import type { SearchMode, SearchQuery, SearchResult, SearchScope } from "../search/Api.js"
@@ -43,6 +43,8 @@ const documents: ReadonlyArray<DemoDocument> = demoEmails
     body: e.text
   }))
 
+/** What hybrid keeps of the budget for the lexical leg and the answer when the semantic leg is slow. */
+const HYBRID_MARGIN_MS = 500
 const TRIGRAM_THRESHOLD = 0.5
 const TRIGRAM_SCALE = 0.01
 
@@ -54,8 +56,21 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
     const embedder = yield* Embedder
     const config = yield* AppConfig
     const budgetMs = Duration.toMillis(config.searchTimeout)
-    // The demo's vectors, computed on first use (a failed attempt is tried again next time).
+    // The demo's vectors, computed in the background from the first demo search on (the model may
+    // take seconds to load, and a service nobody demos never loads it for the demo); until they exist
+    // the demo's messages are found lexically, like stored mail the embedding backlog has not reached.
     let vectors: ReadonlyArray<Float32Array> | undefined
+    let warming = false
+    const warm = embedder.embed(documents.map((d) => embeddingText(d.subject, d.body)), { priority: "backlog" }).pipe(
+      Effect.tap((v) => Effect.sync(() => { vectors = v })),
+      Effect.retry(Schedule.spaced("30 seconds").pipe(Schedule.compose(Schedule.recurs(10)))),
+      Effect.ignore
+    )
+    const startWarming = Effect.suspend(() => {
+      if (warming) return Effect.void
+      warming = true
+      return Effect.asVoid(Effect.forkDaemon(warm))
+    })
 
     const allowed = (q: SearchQuery, scope: SearchScope) =>
       documents.filter((d) =>
@@ -95,13 +110,10 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
 
     const semantic = (q: string, mode: SearchMode, docs: ReadonlyArray<DemoDocument>, k: number) =>
       Effect.gen(function*() {
-        if (vectors === undefined) {
-          const made = yield* Effect.either(embedder.embed(documents.map((d) => embeddingText(d.subject, d.body)), { priority: "query" }))
-          if (made._tag === "Right") vectors = made.right
-        }
         const docVectors = vectors
+        if (docVectors === undefined) return [] as ReadonlyArray<Ranked>
         const query = yield* Effect.either(embedder.embed([q], { priority: "query" }))
-        if (query._tag === "Left" || docVectors === undefined) {
+        if (query._tag === "Left") {
           if (mode === "semantic") {
             return yield* new ServiceUnavailable({
               message: "semantic search is unavailable: the embedding model failed",
@@ -127,13 +139,21 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
     const search = (q: SearchQuery) =>
       Effect.gen(function*() {
         const started = yield* Clock.currentTimeMillis
+        yield* startWarming
         const mode = q.mode ?? "hybrid"
         const limit = q.limit ?? DEFAULT_SEARCH_LIMIT
         const docs = allowed(q, q.scope ?? "all")
         const k = Math.max(50, limit * 2)
         const [lex, sem] = yield* Effect.all([
           mode === "semantic" ? Effect.succeed<ReadonlyArray<Ranked>>([]) : lexical(q.q, docs, k),
-          mode === "lexical" ? Effect.succeed<ReadonlyArray<Ranked>>([]) : semantic(q.q, mode, docs, k)
+          mode === "lexical"
+            ? Effect.succeed<ReadonlyArray<Ranked>>([])
+            : mode === "semantic"
+            ? semantic(q.q, mode, docs, k)
+            // Hybrid answers with its lexical leg when the query's embedding is late (a cold model).
+            : semantic(q.q, mode, docs, k).pipe(
+              Effect.timeoutTo({ duration: Math.max(0, budgetMs - HYBRID_MARGIN_MS), onSuccess: (r) => r, onTimeout: () => [] as ReadonlyArray<Ranked> })
+            )
         ], { concurrency: "unbounded" })
         const ranked = mode === "lexical"
           ? lex.map((x) => ({ id: x.id, score: x.score, matched: ["lexical" as const] }))

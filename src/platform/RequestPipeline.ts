@@ -161,6 +161,11 @@ export const requestPipeline = (
         const demo = yield* (yield* Admission).admit(Option.none(), "demo:", `demo:ip:${client}`, DEMO_RATE_LIMIT)
         if (!demo.decision.allowed) return limited(demo.decision)
         yield* withLimitHeaders(demo.decision)
+        // Nothing in the demo changes state, so a key is only echoed, as the real operations echo theirs.
+        const key = request.headers["idempotency-key"]
+        if (method === "POST" && key !== undefined) {
+          yield* HttpApp.appendPreResponseHandler((_req, res) => Effect.succeed(HttpServerResponse.setHeader(res, "idempotency-key", key)))
+        }
         return yield* app
       }
 

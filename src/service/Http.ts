@@ -62,9 +62,10 @@ export const ServiceHttpLive = HttpApiBuilder.group(MailroomApi, "service", (han
           },
           demo: {
             base_url: `${base}/v1/demo`,
-            description: "No credential needed: GET /demo/account, /demo/emails, /demo/emails/{id}, /demo/webhooks/deliveries " +
-              "(and the threads, search and send-mail sandboxes) answer synthetic, deterministic data with the same " +
-              "response schemas as the real operations; limited per client address on a window of its own."
+            description: "No credential needed: GET /demo/account, /demo/emails, /demo/emails/{id}, /demo/threads, " +
+              "/demo/threads/{id}, /demo/search and /demo/webhooks/deliveries answer synthetic, deterministic data with the " +
+              "same response schemas as the real operations; POST /demo/send-mail validates like /send-mail and sends " +
+              "nothing. Limited per client address on a window of its own."
           },
           public_operations: operations
         }))

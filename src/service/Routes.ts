@@ -21,7 +21,9 @@ ones listed below needs \`Authorization: Bearer <credential>\`. A credential is 
 \`GET ${base}/v1/demo/account\`, \`/v1/demo/emails\`, \`/v1/demo/emails/{id}\`, \`/v1/demo/threads\`,
 \`/v1/demo/threads/{id}\`, \`/v1/demo/search?q=…\` and \`/v1/demo/webhooks/deliveries\` need no credential. They answer a synthetic
 agent mailbox (the same every time, never anyone's real mail) in exactly the shapes of the same paths
-without \`/demo\`, so a client can be written and tried before signing up. The sandbox has its
+without \`/demo\`, so a client can be written and tried before signing up. \`POST ${base}/v1/demo/send-mail\`
+validates a send exactly like \`/v1/send-mail\` (from \`agent@demo.example\`) and answers the sent email
+without sending anything. The sandbox has its
 own limit of 60 requests per 60 s per client address.
 
 ## 1. Fastest: an emailless agent account (no person needed)

@@ -826,7 +826,7 @@ export const wakeWatch = leaf({
     payload: text("payload", "JSON", "the command's payload, as JSON")
   },
   args: { thread: idArg("thread", "mailroom threads list") },
-  examples: ["mailroom wake watch <thread-id> --within 48h --function triage --type follow_up"]
+  examples: ["mailroom wake watch <thread-id> --within 48h --function triage --type nudge"]
 })
 
 export const wakeList = leaf({

@@ -203,7 +203,9 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("scheduled sends", (
         const org = yield* newOrg()
         const a = yield* startProcess
         const b = yield* startProcess
-        const at = new Date(Date.now() + 2500)
+        // Lead time for scheduling 40 sends on a busy machine: send_at must still be ahead when each
+        // request is checked.
+        const at = new Date(Date.now() + 8000)
         const recipients = Array.from({ length: 40 }, (_, i) => `${unique(`pair${i}`)}@example.com`)
         yield* Effect.forEach(recipients, (to, i) => schedule(i % 2 === 0 ? a.server : b.server, org, to, at), { concurrency: 8 })
         yield* waitFor("every send", () =>
@@ -223,19 +225,17 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("scheduled sends", (
         const org = yield* newOrg()
         const a = yield* startProcess
         const b = yield* startProcess
-        const at = new Date(Date.now() + 2000)
+        const at = new Date(Date.now() + 6000)
         const recipients = Array.from({ length: 30 }, (_, i) => `${unique(`race${i}`)}@example.com`)
         const sends = yield* Effect.forEach(recipients, (to) => schedule(a.server, org, to, at), { concurrency: 8 })
         yield* Effect.sleep(Math.max(0, at.getTime() - Date.now() - 30))
         const answers = yield* Effect.forEach(sends, (s, i) =>
           api(i % 2 === 0 ? a.server : b.server, "POST", `/v1/sent-emails/${s.id}/cancel`, org.token), { concurrency: "unbounded" })
         yield* Effect.sleep("2000 millis")
-        let canceled = 0
         for (let i = 0; i < sends.length; i++) {
           const relayed = (yield* relayedTo(recipients[i]!)).length
           const final = yield* statusOf(a.server, org.token, sends[i]!.id)
           if (answers[i]!.status === 200) {
-            canceled++
             expect(relayed).toBe(0)
             expect(final.status).toBe("canceled")
           } else {
@@ -245,8 +245,6 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("scheduled sends", (
             expect(final.status).toBe("sent")
           }
         }
-        // Both outcomes are possible; the totals add up either way.
-        expect(canceled).toBeGreaterThanOrEqual(0)
         yield* a.stop
         yield* b.stop
       })))

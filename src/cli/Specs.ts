@@ -1,5 +1,5 @@
 /** Every command's flags, arguments, help and examples (the handlers are in commands/, loaded on use). */
-import { choice, flag, idArg, integer, leaf, many, onOff, required, text, textArg, uuid } from "./Spec.js"
+import { choice, flag, idArg, integer, leaf, many, onOff, optionalIdArg, required, text, textArg, uuid } from "./Spec.js"
 
 // --- shared flags ------------------------------------------------------------------------------
 
@@ -491,10 +491,18 @@ export const paymentsPay = leaf({
   name: "pay",
   summary: "Pay a challenge: sign locally with a key file, then settle",
   description: "Reads the challenge, signs an EIP-3009 authorization for exactly what it asks with the private key " +
-    "in --key-file (0x followed by 64 hex digits), and sends the signed payload. The key never leaves this machine.",
-  flags: { keyFile: required(text("key-file", "FILE", "file holding the payer wallet's private key")) },
-  args: { id: idArg("challenge", "mailroom payments challenges list") },
-  examples: [`mailroom payments pay ${ID} --key-file ~/.config/mailroom/wallet.key`]
+    "in --key-file (0x followed by 64 hex digits), and sends the signed payload. The key never leaves this machine. " +
+    "With --email instead of a challenge id: reads the challenge a received email carries, signs it, and replies " +
+    "to that email with the signed payment; the payee answers by mail with a receipt or a reject.",
+  flags: {
+    keyFile: required(text("key-file", "FILE", "file holding the payer wallet's private key")),
+    email: uuid("email", "pay by replying to this received email (it carries the challenge)")
+  },
+  args: { id: optionalIdArg("challenge", "mailroom payments challenges list") },
+  examples: [
+    `mailroom payments pay ${ID} --key-file ~/.config/mailroom/wallet.key`,
+    `mailroom payments pay --email ${ID} --key-file wallet.key`
+  ]
 })
 
 export const paymentsList = leaf({

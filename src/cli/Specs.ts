@@ -465,10 +465,14 @@ export const paymentsChallengesCreate = leaf({
     network,
     description: text("description", "TEXT", "what the payment is for"),
     expiresIn: integer("expires-in", "seconds until it expires (30 to 604800, default 3600)", { min: 30, max: 604_800 }),
-    payerAddress: text("payer-address", "ADDRESS", "only this wallet may pay", { field: "payer_address" })
+    payerAddress: text("payer-address", "ADDRESS", "only this wallet may pay", { field: "payer_address" }),
+    deliverTo: text("deliver-to", "EMAIL", "also mail the challenge to this address", { field: "deliver_to" })
   },
   args: {},
-  examples: ["mailroom payments challenges create --amount 1.5 --description \"report #42\""]
+  examples: [
+    "mailroom payments challenges create --amount 1.5 --description \"report #42\"",
+    "mailroom payments challenges create --amount 2 --deliver-to a@example.com"
+  ]
 })
 
 export const paymentsChallengesList = leaf({

@@ -92,7 +92,8 @@ export const challengesCreate: Handler<typeof S.paymentsChallengesCreate> = (o) 
         ...opt("network", o.network),
         ...opt("description", o.description),
         ...opt("expires_in", o.expiresIn),
-        ...opt("payer_address", o.payerAddress)
+        ...opt("payer_address", o.payerAddress),
+        ...opt("deliver_to", o.deliverTo)
       },
       headers: {}
     })

@@ -278,6 +278,98 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments by email o
       }))
   })
 
+  describe("matching, mailing and retries", () => {
+    it.effect("a fresh mail is matched by the payload's challengeId; another organization's challenge is never matched", () =>
+      Effect.gen(function*() {
+        const chain = yield* TestChain
+        const sql = yield* SqlClient.SqlClient
+        const payee = yield* newPayee
+        const other = yield* newPayee
+        const payer = yield* newPayer(5_000_000n)
+        const own = yield* call("POST", "/v1/payments/challenges", { token: payee.token, body: { amount: "1" } })
+        const foreign = yield* call("POST", "/v1/payments/challenges", { token: other.token, body: { amount: "1" } })
+        const sign = (c: Mailed) => Effect.promise(() => signPayment(payer.key, c.payment_required.accepts[0]!, nowSeconds()))
+        const mailIn = (payload: unknown, subject: string) =>
+          Effect.flatMap(TestServer, (server) =>
+            Effect.promise(async () => {
+              const t = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true })
+              try {
+                const info = await t.sendMail({
+                  from: payer.inbox,
+                  to: payee.inbox,
+                  subject,
+                  text: "paying",
+                  attachments: [{ filename: "payment.json", contentType: "application/x402-payment+json", content: JSON.stringify(payload) }]
+                })
+                return /queued as ([0-9a-f-]{36})/.exec(String(info.response))?.[1]!
+              } finally {
+                t.close()
+              }
+            }))
+        // Another organization's challenge named in a mail to this payee: not matched, not answered, nothing moves.
+        const stray = yield* mailIn(yield* sign(foreign.body.data), "for someone else")
+        const strayJob = yield* Effect.gen(function*() {
+          for (let i = 0; i < 300; i++) {
+            const rows = yield* sql<{ status: string; outcome: string | null }>`
+              SELECT status, outcome FROM payment_email_jobs WHERE email_id = ${stray}`
+            if (rows[0]?.status === "done") return rows[0]
+            yield* Effect.sleep("50 millis")
+          }
+          return yield* Effect.dieMessage("the stray job was not done")
+        })
+        expect(strayJob).toEqual({ status: "done", outcome: "unmatched" })
+        expect((yield* call("GET", `/v1/payments/challenges/${foreign.body.data.id}`, { token: other.token })).body.data.status)
+          .toBe("pending")
+
+        // Its own challenge, named only by the payload: settled, receipt mailed to the sender.
+        yield* mailIn(yield* sign(own.body.data), "paying by id")
+        const { answer, status } = yield* answerTo(payer, 0)
+        expect(status).toBe("settled")
+        expect(answer).toMatchObject({ challenge_id: own.body.data.id, success: true })
+        expect(yield* Effect.promise(() => chain.balanceOf(payee.wallet))).toBe(1_000_000n)
+        expect(yield* Effect.promise(() => chain.balanceOf(other.wallet))).toBe(0n)
+        const relay = yield* Relay
+        expect(relay.messages.filter((m) => m.to.includes(payer.inbox))).toHaveLength(1)
+      }))
+
+    it.effect("a challenge that cannot be mailed is refused with the relay's error and not kept", () =>
+      Effect.gen(function*() {
+        const relay = yield* Relay
+        const payee = yield* newPayee
+        const payer = yield* newOrg
+        relay.script.push({ stage: "data", action: "554 5.7.1 no thanks" })
+        const r = yield* call("POST", "/v1/payments/challenges", { token: payee.token, body: { amount: "1", deliver_to: payer.inbox } })
+        expect(r.status, r.text).toBe(502)
+        expect(r.body.error.code).toBe("outbound_relay_failed")
+        const list = yield* call("GET", "/v1/payments/challenges", { token: payee.token })
+        expect(list.body.data).toEqual([])
+      }))
+
+    it.effect("an answer the relay refuses at first is mailed again later; the payment settles once", () =>
+      Effect.gen(function*() {
+        const chain = yield* TestChain
+        const relay = yield* Relay
+        const sql = yield* SqlClient.SqlClient
+        const payee = yield* newPayee
+        const payer = yield* newPayer(5_000_000n)
+        const { challenge, emailId } = yield* mailChallenge(payee, payer, "2")
+        const payload = yield* Effect.promise(() => signPayment(payer.key, challenge.payment_required.accepts[0]!, nowSeconds()))
+        yield* replyWith(payer, emailId, payload)
+        const reply = yield* relayed(payee.inbox, 0)
+        // The next relay transaction is the receipt: refused once (transient).
+        relay.script.push({ stage: "data", action: "451 4.3.0 try again later" })
+        yield* deliverIn(reply, payee.inbox)
+        const { answer, status } = yield* answerTo(payer, 1)
+        expect(status).toBe("settled")
+        const jobs = yield* sql<{ attempts: number; outcome: string }>`
+          SELECT attempts, outcome FROM payment_email_jobs WHERE org_id = ${payee.orgId}`
+        expect(jobs).toEqual([{ attempts: 2, outcome: "settled" }])
+        const payments = yield* call("GET", "/v1/payments?direction=in", { token: payee.token })
+        expect(payments.body.data.map((p: { id: string; status: string }) => [p.id, p.status])).toEqual([[answer.payment_id, "settled"]])
+        expect(yield* Effect.promise(() => chain.balanceOf(payer.address))).toBe(3_000_000n)
+      }))
+  })
+
   describe("rejects", () => {
     it.effect("a signature by another key: reject mail naming signer_mismatch, payment.failed (verification)", () =>
       Effect.gen(function*() {

@@ -371,6 +371,28 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments by email o
   })
 
   describe("rejects", () => {
+    it.effect("the payer's spend policy refuses a pay by email before anything is mailed", () =>
+      Effect.gen(function*() {
+        const relay = yield* Relay
+        const payee = yield* newPayee
+        const payer = yield* newPayer(5_000_000n)
+        const { challenge, emailId } = yield* mailChallenge(payee, payer, "2")
+        const policy = yield* call("PATCH", "/v1/payments/policy", { token: payer.token, body: { paused: true, per_payment_cap: "1" } })
+        expect(policy.status, policy.text).toBe(200)
+        const payload = yield* Effect.promise(() => signPayment(payer.key, challenge.payment_required.accepts[0]!, nowSeconds()))
+        const r = yield* call("POST", `/v1/payments/emails/${emailId}/pay`, { token: payer.token, body: { payment_payload: payload } })
+        expect(r.status, r.text).toBe(422)
+        expect(r.body.error).toMatchObject({
+          code: "payment_declined",
+          details: { failure_category: "declined", reasons: ["paused", "per_payment_cap"], challenge_id: challenge.id }
+        })
+        expect(relay.messages.filter((m) => m.to.includes(payee.inbox))).toEqual([])
+        const unpaused = yield* call("PATCH", "/v1/payments/policy", { token: payer.token, body: { paused: false, per_payment_cap: null } })
+        expect(unpaused.status).toBe(200)
+        yield* replyWith(payer, emailId, payload)
+        expect((yield* relayed(payee.inbox, 0)).from).toBe(payer.inbox)
+      }))
+
     it.effect("a signature by another key: reject mail naming signer_mismatch, payment.failed (verification)", () =>
       Effect.gen(function*() {
         const chain = yield* TestChain

@@ -342,13 +342,16 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       .addError(Wire.OutboundRelayFailed)
       .addError(Wire.OutboundResponseMalformed)
       .addError(Wire.OutboundKeyInvalid)
+      .addError(Wire.PaymentDeclined)
       .annotate(
         OpenApi.Summary,
         "Email rail, payer side: reply to a received challenge with a signed payment (`application/x402-payment+json` part)"
       )
       .annotate(
         OpenApi.Description,
-        "The payload is signed by the payer (the CLI signs locally); it is not checked here. The payee's service " +
+        "The payload is signed by the payer (the CLI signs locally). The payer's spend policy judges what it would move " +
+          "first (422 `payment_declined`: paused, per_payment_cap, daily_cap, allowlist, spend_non_positive_amount; " +
+          "nothing is mailed); the signature is not verified here. The payee's service " +
           "settles it on receipt and answers by mail with a receipt or a reject (`application/x402-payment-response+json`)."
       )
   )

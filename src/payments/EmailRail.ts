@@ -18,7 +18,7 @@
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Layer, Option } from "effect"
 import { simpleParser } from "mailparser"
-import { NotFound, ValidationError } from "../contract/Errors.js"
+import { NotFound, PaymentDeclined, ValidationError } from "../contract/Errors.js"
 import { MoreOnEmailStored, type EmailStoredHook } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
 import { randomToken } from "../platform/Secrets.js"
@@ -27,7 +27,10 @@ import { replyInput } from "../sending/Replies.js"
 import { Sender, type SendInput } from "../sending/Sender.js"
 import type { PaymentRequired } from "./Api.js"
 import { fromAtomic, atomicOf } from "./Money.js"
-import { type ChallengeRow, paymentRequiredOf, type PaymentRow } from "./Repo.js"
+import { declined } from "./Failures.js"
+import { evaluatePolicy, utcDay } from "./Policy.js"
+import { type ChallengeRow, paymentRequiredOf, type PaymentRow, PaymentsRepo, policyOf } from "./Repo.js"
+import { payloadValue } from "./Verifier.js"
 import { type PayResult, PaymentsService } from "./Service.js"
 
 export const PAYMENT_REQUIRED_TYPE = "application/x402-payment-required+json"
@@ -159,6 +162,7 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
     const config = yield* AppConfig
     const payments = yield* PaymentsService
     const sender = yield* Sender
+    const repo = yield* PaymentsRepo
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
 
     /** Mails a new challenge to `deliverTo` from the payee's managed inbox; records its Message-ID. */
@@ -215,16 +219,56 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
         const text = yield* Effect.promise(() => partOf(raw, PAYMENT_REQUIRED_TYPE).catch(() => null))
         const parsed = text === null ? null : parseJson(text)
         const required = parsed as PaymentRequired | null
-        if (required === null || typeof required !== "object" || !Array.isArray(required.accepts) || required.accepts.length === 0) {
+        if (
+          required === null || typeof required !== "object" || !Array.isArray(required.accepts) ||
+          typeof required.accepts[0] !== "object" || required.accepts[0] === null
+        ) {
           return yield* new NotFound({ message: `email ${emailId} carries no ${PAYMENT_REQUIRED_TYPE} part with a payment requirement` })
         }
         return required
+      })
+
+    /**
+     * The payer's spend policy over what the payload would move, before anything is mailed: the
+     * kill-switch, the per-payment cap, the allowlist (the payee's organization when the challenge is
+     * one of this service's, else its payout address) and the daily cap over the day's HTTP payments.
+     */
+    const payerPolicy = (orgId: string, required: PaymentRequired, payload: unknown) =>
+      Effect.gen(function*() {
+        const req = required.accepts[0]!
+        const named = req.extra?.challengeId
+        const auth = (payload as { payload?: { authorization?: { to?: unknown } } } | null)?.payload?.authorization
+        const amount = payloadValue(payload) ?? (/^\d{1,78}$/.test(String(req.amount)) ? BigInt(String(req.amount)) : 0n)
+        const payee = typeof named === "string" && UUID.test(named)
+          ? Option.getOrUndefined(yield* payments.challengeById(named))
+          : undefined
+        const nowMs = yield* Clock.currentTimeMillis
+        const day = utcDay(nowMs)
+        const reasons = evaluatePolicy(policyOf(yield* repo.policyRow(orgId)), {
+          amount,
+          spentToday: yield* repo.spentBy(orgId, day.start, day.end),
+          payeeOrgId: payee?.org_id ?? "",
+          payTo: typeof auth?.to === "string" ? auth.to : String(req.payTo)
+        })
+        if (reasons.length === 0) return
+        const failure = declined(reasons)
+        return yield* new PaymentDeclined({
+          message: failure.message,
+          details: {
+            failure_category: failure.category,
+            reasons,
+            retryable: false,
+            payment_id: null,
+            challenge_id: typeof named === "string" ? named : null
+          }
+        })
       })
 
     /** Replies to a received challenge with the signed payment as an `application/x402-payment+json` part. */
     const payByEmail = (orgId: string, emailId: string, payload: unknown) =>
       Effect.gen(function*() {
         const required = yield* challengeOfEmail(orgId, emailId)
+        yield* payerPolicy(orgId, required, payload)
         const challengeId = required.accepts[0]?.extra?.challengeId
         const base = yield* replyInput(orgId, emailId, {
           text: `Signed x402 payment attached (${PAYMENT_TYPE})${typeof challengeId === "string" ? ` for challenge ${challengeId}` : ""}.\n`

@@ -201,10 +201,9 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
           references: []
         }
         const sent = yield* sender.submit(orgId, input)
-        const rows = yield* sql<{ id: string }>`
+        yield* sql`
           UPDATE payment_challenges SET deliver_to = ${deliverTo}, sent_email_id = ${sent.id}, message_id = ${sent.message_id}
-          WHERE id = ${challenge.id} RETURNING id`.pipe(Effect.orDie)
-        yield* Effect.annotateCurrentSpan("challenge", rows[0]?.id)
+          WHERE id = ${challenge.id}`.pipe(Effect.orDie)
         return sent
       })
 
@@ -387,7 +386,8 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
         const sent = yield* Effect.either(mailAnswer(job.org_id, job.email_id, decided))
         if (sent._tag === "Left") {
           const e = sent.left
-          const transient = "_tag" in e && String(e._tag).startsWith("Outbound")
+          // Relay trouble and a full send quota pass; a refusal of the send itself does not.
+          const transient = e._tag.startsWith("Outbound") || e._tag === "RateLimited"
           if (transient && job.attempts < MAX_ATTEMPTS) return yield* later(job, token, e.message, nowMs)
           return yield* finish(job.email_id, token, {
             outcome: decided.status, answer: decided, challengeId, paymentId: decided.payment_id, replyId: null,

@@ -198,6 +198,11 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments by email o
         const dir = yield* tempDir
         const keyFile = join(dir, "wallet.key")
         writeFileSync(keyFile, `${payer.key}\n`)
+        const cliEnv = { baseUrl: server.baseUrl, configHome: dir, extra: { MAILROOM_API_KEY: payer.token } }
+        const both = yield* Effect.promise(() =>
+          runCli(["payments", "pay", challenge.id, "--email", emailId, "--key-file", keyFile], cliEnv))
+        expect(both.code).toBe(2)
+        expect(both.stderr).toContain("not both")
         const out = yield* Effect.promise(() =>
           runCli(["payments", "pay", "--email", emailId, "--key-file", keyFile, "--json"], {
             baseUrl: server.baseUrl,

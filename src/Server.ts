@@ -52,6 +52,7 @@ import { WakesRepo } from "./wake/Repo.js"
 import { PaymentsHttpLive } from "./payments/Http.js"
 import { DemoHttpLive } from "./demo/Http.js"
 import { PaymentsLive } from "./payments/Service.js"
+import { EmailRail, EmailRailHookLive, EmailRailWorkerLive, type EmailRailWorkerOptions } from "./payments/EmailRail.js"
 import { Mailer } from "./mail/Mailer.js"
 import { SendingHttpLive } from "./sending/Http.js"
 import { OutboundRelay } from "./sending/Relay.js"
@@ -95,6 +96,15 @@ export const PlatformServicesLive = Layer.mergeAll(
   Layer.provideMerge(Threading.Default)
 )
 
+/** Payments and their email rail (which mails through the send path and hooks mail ingestion). */
+const PaymentsEmailLive = Layer.provideMerge(
+  EmailRailHookLive,
+  EmailRail.Default.pipe(
+    Layer.provideMerge(PaymentsLive.pipe(Layer.provide(OrgEvents.Default), Layer.provide(DeliveryQueue.Default))),
+    Layer.provide(Sender.Default)
+  )
+)
+
 /** Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers. */
 export const DeliveryServicesLive = Layer.mergeAll(
   Recipients.Default,
@@ -116,8 +126,8 @@ export const DeliveryServicesLive = Layer.mergeAll(
   // One outbound relay pool and one send path for the API and the scheduled-send timers.
   OutboundRelay.Default,
   Sender.Default,
-  // Payments: the HTTP flow's handlers and the email rail's ingestion share one service.
-  PaymentsLive.pipe(Layer.provide(OrgEvents.Default), Layer.provide(DeliveryQueue.Default))
+  // Payments: the HTTP flow's handlers and the email rail's ingestion and workers share one service.
+  PaymentsEmailLive
 ).pipe(
   Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default, RegistryDirectory.Default]),
   Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default])
@@ -176,6 +186,9 @@ export const WakeTimersLive = (options: WakeSchedulerOptions = {}) =>
 /** The scheduled-send timers (tests start them with a shorter poll and retry delays). */
 export const SendTimersLive = (options: SendSchedulerOptions = {}) => SendSchedulerLive(options).pipe(Layer.provide(SendingRepo.Default))
 
+/** The email rail's workers: payment replies settled and answered (tests start them with a shorter poll). */
+export const PaymentEmailWorkersLive = (options: EmailRailWorkerOptions = {}) => EmailRailWorkerLive(options)
+
 /** Background work of the areas: SMTP ingestion, delivery workers, maintenance loops. */
 const AreaWorkers = [
   SmtpServerLive,
@@ -187,6 +200,7 @@ const AreaWorkers = [
   WakeTimersLive(),
   EmbeddingBacklogLive(),
   SendTimersLive(),
+  PaymentEmailWorkersLive(),
   ProcessStatsLive
 ] as const
 

@@ -195,7 +195,10 @@ const parseLeaf = (leaf: Leaf, path: ReadonlyArray<string>, args: ReadonlyArray<
   for (let i = 0; i < argSpecs.length; i++) {
     const [key, a] = argSpecs[i]!
     const value = positionals[i]
-    if (value === undefined) return usage(path, json, `missing argument <${a.name}>: ${a.description}`)
+    if (value === undefined) {
+      if (a.optional === true) continue
+      return usage(path, json, `missing argument <${a.name}>: ${a.description}`)
+    }
     if (a.kind === "uuid" && !UUID.test(value)) {
       return usage(
         path,

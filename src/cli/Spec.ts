@@ -32,6 +32,8 @@ export interface ArgSpec<T = string> {
   readonly description: string
   /** For ids: what the id names, and the command that lists them (named in the error). */
   readonly lister?: string
+  /** May be left out (the handler then gets undefined); shown as `[<name>]`. */
+  readonly optional?: boolean
   readonly _value?: T
 }
 
@@ -113,8 +115,14 @@ export const idArg = (what: string, lister: string): ArgSpec<string> => ({
   lister
 })
 
+/** An `<id>` that may be left out (another flag names the thing instead). */
+export const optionalIdArg = (what: string, lister: string): ArgSpec<string | undefined> => ({
+  ...idArg(what, lister),
+  optional: true
+})
+
 export type Flags = Readonly<Record<string, FlagSpec>>
-export type Args = Readonly<Record<string, ArgSpec>>
+export type Args = Readonly<Record<string, ArgSpec<string | undefined>>>
 
 export interface LeafSpec<F extends Flags = Flags, A extends Args = Args> {
   readonly name: string

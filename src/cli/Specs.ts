@@ -1,5 +1,5 @@
 /** Every command's flags, arguments, help and examples (the handlers are in commands/, loaded on use). */
-import { choice, flag, idArg, integer, leaf, many, onOff, required, text, textArg, uuid } from "./Spec.js"
+import { choice, flag, idArg, integer, leaf, many, onOff, optionalIdArg, required, text, textArg, uuid } from "./Spec.js"
 
 // --- shared flags ------------------------------------------------------------------------------
 
@@ -465,10 +465,14 @@ export const paymentsChallengesCreate = leaf({
     network,
     description: text("description", "TEXT", "what the payment is for"),
     expiresIn: integer("expires-in", "seconds until it expires (30 to 604800, default 3600)", { min: 30, max: 604_800 }),
-    payerAddress: text("payer-address", "ADDRESS", "only this wallet may pay", { field: "payer_address" })
+    payerAddress: text("payer-address", "ADDRESS", "only this wallet may pay", { field: "payer_address" }),
+    deliverTo: text("deliver-to", "EMAIL", "also mail the challenge to this address", { field: "deliver_to" })
   },
   args: {},
-  examples: ["mailroom payments challenges create --amount 1.5 --description \"report #42\""]
+  examples: [
+    "mailroom payments challenges create --amount 1.5 --description \"report #42\"",
+    "mailroom payments challenges create --amount 2 --deliver-to a@example.com"
+  ]
 })
 
 export const paymentsChallengesList = leaf({
@@ -491,10 +495,18 @@ export const paymentsPay = leaf({
   name: "pay",
   summary: "Pay a challenge: sign locally with a key file, then settle",
   description: "Reads the challenge, signs an EIP-3009 authorization for exactly what it asks with the private key " +
-    "in --key-file (0x followed by 64 hex digits), and sends the signed payload. The key never leaves this machine.",
-  flags: { keyFile: required(text("key-file", "FILE", "file holding the payer wallet's private key")) },
-  args: { id: idArg("challenge", "mailroom payments challenges list") },
-  examples: [`mailroom payments pay ${ID} --key-file ~/.config/mailroom/wallet.key`]
+    "in --key-file (0x followed by 64 hex digits), and sends the signed payload. The key never leaves this machine. " +
+    "With --email instead of a challenge id: reads the challenge a received email carries, signs it, and replies " +
+    "to that email with the signed payment; the payee answers by mail with a receipt or a reject.",
+  flags: {
+    keyFile: required(text("key-file", "FILE", "file holding the payer wallet's private key")),
+    email: uuid("email", "pay by replying to this received email (it carries the challenge)")
+  },
+  args: { id: optionalIdArg("challenge", "mailroom payments challenges list") },
+  examples: [
+    `mailroom payments pay ${ID} --key-file ~/.config/mailroom/wallet.key`,
+    `mailroom payments pay --email ${ID} --key-file wallet.key`
+  ]
 })
 
 export const paymentsList = leaf({

@@ -68,6 +68,16 @@ export class OnEmailStored extends Context.Reference<OnEmailStored>()("mailroom/
   defaultValue: () => (_email: StoredEmail, _message: InboundMessage): Effect.Effect<Option.Option<Statement.Fragment>> => Effect.succeedNone
 }) {}
 
+export type EmailStoredHook = (email: StoredEmail, message: InboundMessage) => Effect.Effect<Option.Option<Statement.Fragment>>
+
+/**
+ * More work stored atomically with each accepted email, beside its delivery (e.g. the payments
+ * email rail's queue row for a message carrying a signed payment). Same contract as `OnEmailStored`.
+ */
+export class MoreOnEmailStored extends Context.Reference<MoreOnEmailStored>()("mailroom/MoreOnEmailStored", {
+  defaultValue: (): ReadonlyArray<EmailStoredHook> => []
+}) {}
+
 /**
  * Largest piece of a raw message sent in one statement. node-postgres copies every parameter into
  * the Bind message it builds, so one 30 MB parameter means a second 30 MB buffer next to the
@@ -87,7 +97,7 @@ const BATCH_MESSAGE_BYTES = 256 * 1024
 
 interface Copy {
   readonly email: StoredEmail
-  readonly attached: Option.Option<Statement.Fragment>
+  readonly attached: ReadonlyArray<Statement.Fragment>
 }
 
 interface Transaction {
@@ -191,7 +201,7 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
               html: p.html
             }))
           }
-          if (Option.isSome(extra)) attached.push(extra.value)
+          attached.push(...extra)
         }
       }
       // Data-modifying CTEs run to completion whether or not the main query reads them; the ids
@@ -246,6 +256,8 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
     const store = (message: InboundMessage, recipients: ReadonlyArray<Recipient>) =>
       Effect.gen(function*() {
         const onStored = yield* OnEmailStored
+        const more = yield* MoreOnEmailStored
+        const hooks = [onStored, ...more]
         const distinct = distinctRecipients(recipients)
         // One thread per organization the message reaches (its copies there share it).
         const p = message.parsed
@@ -270,7 +282,10 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
             recipient: r,
             status: rejected ? "rejected" : "accepted"
           }
-          copies.push({ email, attached: rejected ? Option.none() : yield* onStored(email, message) })
+          const attached = rejected
+            ? []
+            : (yield* Effect.forEach(hooks, (hook) => hook(email, message))).flatMap((o) => Option.toArray(o))
+          copies.push({ email, attached })
         }
         yield* commit({ message, copies, merges }).pipe(
           Effect.catchIf(isQuotaError, (e) => Effect.fail(new StorageQuotaExceeded({ message: e.message })))

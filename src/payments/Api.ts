@@ -5,6 +5,7 @@ import { allErrors, DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, stri
 import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
+import { SentEmail } from "../sending/Api.js"
 
 export const MAX_ALLOWLIST = 100
 export const MIN_EXPIRES_IN = 30
@@ -126,6 +127,10 @@ export const Challenge = Schema.Struct({
   paid_at: Schema.NullOr(DateTimeString),
   payment_id: Schema.NullOr(Uuid).annotations({ description: "the payment that paid it" }),
   is_payee: Schema.Boolean.annotations({ description: "true when the caller's organization created it" }),
+  deliver_to: Schema.NullOr(Schema.String).annotations({
+    description: "the address the challenge was mailed to (email rail); null when not mailed, or for the payer"
+  }),
+  sent_email_id: Schema.NullOr(Uuid).annotations({ description: "the sent email that carried the challenge (email rail)" }),
   payment_required: PaymentRequired
 }).annotations({ identifier: "PaymentChallenge" })
 export type Challenge = typeof Challenge.Type
@@ -142,6 +147,17 @@ export const CreateChallenge = strict(Schema.Struct({
   ).annotations({ description: `seconds until the challenge expires (default ${DEFAULT_EXPIRES_IN})` }),
   payer_address: Schema.optionalWith(EvmAddress, { exact: true }).annotations({
     description: "only this wallet may pay (checksummed address); otherwise any wallet"
+  }),
+  deliver_to: Schema.optionalWith(
+    Schema.String.pipe(
+      Schema.maxLength(320),
+      Schema.pattern(/^[^\s@<>"(),;:]+@[^\s@<>"(),;:]+\.[^\s@<>"(),;:]+$/, { message: () => "must be an email address" })
+    ),
+    { exact: true }
+  ).annotations({
+    description: "email rail: also mail the challenge to this address from the organization's managed inbox, as an " +
+      "`application/x402-payment-required+json` part; the payer answers by replying with an " +
+      "`application/x402-payment+json` part"
   })
 })).annotations({ identifier: "CreatePaymentChallenge" })
 export type CreateChallenge = typeof CreateChallenge.Type
@@ -195,6 +211,20 @@ export const PayRequest = strict(Schema.Struct({
   })
 })).annotations({ identifier: "PayChallenge" })
 
+export const EmailChallenge = Schema.Struct({
+  email_id: Uuid,
+  challenge_id: Schema.NullOr(Schema.String).annotations({ description: "`accepts[0].extra.challengeId`, when given" }),
+  payment_required: Schema.Unknown.annotations({
+    description: "the x402 PaymentRequired the email carries (its `application/x402-payment-required+json` part), as sent"
+  })
+}).annotations({ identifier: "EmailPaymentChallenge" })
+
+export const PayByEmailRequest = strict(Schema.Struct({
+  payment_payload: Schema.Unknown.annotations({
+    description: "the signed x402 PaymentPayload, mailed as the reply's `application/x402-payment+json` part"
+  })
+})).annotations({ identifier: "PayChallengeByEmail" })
+
 const failures = "Failures carry `details.failure_category`, `details.reasons` (every subreason), `details.retryable`, " +
   "`details.payment_id` and `details.challenge_id`, and emit `payment.failed` to the payer's endpoints."
 
@@ -233,6 +263,16 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       .addSuccess(Ok(Challenge, "PaymentChallenge"), { status: 201 })
       .addError(Wire.FeatureDisabled)
       .addError(Wire.NoPayoutAddress)
+      .addError(Wire.Forbidden)
+      .addError(Wire.DiscardNotEnabled)
+      .addError(Wire.CannotSendFromDomain)
+      .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.OutboundCapacityExhausted)
+      .addError(Wire.OutboundUnreachable)
+      .addError(Wire.OutboundRelayTimeout)
+      .addError(Wire.OutboundRelayFailed)
+      .addError(Wire.OutboundResponseMalformed)
+      .addError(Wire.OutboundKeyInvalid)
       .annotate(OpenApi.Summary, "Ask for a payment: an x402 PaymentRequired to the organization's payout address")
   )
   .add(
@@ -273,6 +313,46 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
           "(502 `settlement_failed`: insufficient_funds, facilitator_unavailable, settlement_misconfigured, " +
           "settlement_failed; the last two kinds of transient failure carry `Retry-After`). A challenge is paid at " +
           "most once: a pay while another is settling, or after it was paid, is 409 `conflict`. " + failures
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("getEmailChallenge", "/payments/emails/:id/challenge")
+      .setPath(IdPath)
+      .addSuccess(Ok(EmailChallenge, "EmailPaymentChallenge"))
+      .addError(Wire.FeatureDisabled)
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "Email rail, payer side: the x402 PaymentRequired a received email carries (404 when none)")
+  )
+  .add(
+    HttpApiEndpoint.post("payByEmail", "/payments/emails/:id/pay")
+      .setPath(IdPath)
+      .setPayload(PayByEmailRequest)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Ok(SentEmail, "SentEmail"), { status: 201 })
+      .addError(Wire.FeatureDisabled)
+      .addError(Wire.NotFound)
+      .addError(Wire.Forbidden)
+      .addError(Wire.InboundNotRepliable)
+      .addError(Wire.DiscardNotEnabled)
+      .addError(Wire.CannotSendFromDomain)
+      .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.OutboundCapacityExhausted)
+      .addError(Wire.OutboundUnreachable)
+      .addError(Wire.OutboundRelayTimeout)
+      .addError(Wire.OutboundRelayFailed)
+      .addError(Wire.OutboundResponseMalformed)
+      .addError(Wire.OutboundKeyInvalid)
+      .addError(Wire.PaymentDeclined)
+      .annotate(
+        OpenApi.Summary,
+        "Email rail, payer side: reply to a received challenge with a signed payment (`application/x402-payment+json` part)"
+      )
+      .annotate(
+        OpenApi.Description,
+        "The payload is signed by the payer (the CLI signs locally). The payer's spend policy judges what it would move " +
+          "first (422 `payment_declined`: paused, per_payment_cap, daily_cap, allowlist, spend_non_positive_amount; " +
+          "nothing is mailed); the signature is not verified here. The payee's service " +
+          "settles it on receipt and answers by mail with a receipt or a reject (`application/x402-payment-response+json`)."
       )
   )
   .add(

@@ -1,7 +1,7 @@
 /** Handlers of the Payments area. */
 import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Conflict, NotFound, ValidationError } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
@@ -9,6 +9,8 @@ import { CurrentPrincipal } from "../contract/Security.js"
 import { AppConfig } from "../platform/Config.js"
 import { setHeader } from "../platform/HttpHeaders.js"
 import type { Policy, PayoutAddress } from "./Api.js"
+import { toSentEmail } from "../sending/Repo.js"
+import { EmailRail } from "./EmailRail.js"
 import { requirePayments } from "./Entitlement.js"
 import { apiErrorOf } from "./Failures.js"
 import { atomicOf, fromAtomic, toAtomic } from "./Money.js"
@@ -20,7 +22,8 @@ const invalid = (field: string, reason: string) =>
   new ValidationError({ message: `${field}: ${reason}`, details: { issues: [{ field, reason }] } })
 
 const CHALLENGE_COLUMNS = `p.id, p.org_id, p.amount::text AS amount, p.asset, p.network, p.pay_to, p.payer_address,
-  p.description, p.nonce, p.max_timeout_seconds, p.expires_at, p.payment_id, p.paid_at, p.created_at`
+  p.description, p.nonce, p.max_timeout_seconds, p.expires_at, p.payment_id, p.paid_at, p.created_at,
+  p.deliver_to, p.sent_email_id`
 const PAYMENT_COLUMNS = `p.id, p.challenge_id, p.rail, p.payer_org_id, p.payee_org_id, p.status, p.amount::text AS amount,
   p.asset, p.network, p.payer_address, p.pay_to, p.nonce, p.transaction, p.failure_code, p.failure_category,
   p.failure_reasons, p.failure_message, p.spent_at, p.settled_at, p.created_at`
@@ -31,6 +34,7 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
     const config = yield* AppConfig
     const service = yield* PaymentsService
     const repo = yield* PaymentsRepo
+    const rail = yield* EmailRail
 
     /** The caller's organization, entitled to payments. */
     const entitled = Effect.gen(function*() {
@@ -106,7 +110,15 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
       .handle("createChallenge", ({ payload }) =>
         Effect.gen(function*() {
           const orgId = yield* entitled
-          const row = yield* service.createChallenge(orgId, payload)
+          const created = yield* service.createChallenge(orgId, payload)
+          let row = created
+          if (payload.deliver_to !== undefined) {
+            // Email rail: mailed now; a challenge that could not be mailed is not kept.
+            yield* rail.mailChallenge(orgId, created, payload.deliver_to).pipe(
+              Effect.tapError(() => sql`DELETE FROM payment_challenges WHERE id = ${created.id}`.pipe(Effect.orDie))
+            )
+            row = Option.getOrElse(yield* service.challengeById(created.id), () => created)
+          }
           return toChallenge(row, orgId, yield* Clock.currentTimeMillis, config.publicBaseUrl)
         }))
       .handle("listChallenges", ({ urlParams: q }) =>
@@ -153,6 +165,18 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
               return yield* apiErrorOf(result.failure, { paymentId: result.payment.id, challengeId: path.id })
             }
           }
+        }))
+      .handle("getEmailChallenge", ({ path }) =>
+        Effect.gen(function*() {
+          const orgId = yield* entitled
+          const required = yield* rail.challengeOfEmail(orgId, path.id)
+          const named = required.accepts[0]?.extra?.challengeId
+          return { email_id: path.id, challenge_id: typeof named === "string" ? named : null, payment_required: required }
+        }))
+      .handle("payByEmail", ({ path, payload }) =>
+        Effect.gen(function*() {
+          const orgId = yield* entitled
+          return toSentEmail(yield* rail.payByEmail(orgId, path.id, payload.payment_payload))
         }))
       .handle("listPayments", ({ urlParams: q }) =>
         Effect.gen(function*() {

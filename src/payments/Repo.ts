@@ -21,6 +21,9 @@ export interface ChallengeRow {
   readonly payment_id: string | null
   readonly paid_at: Date | null
   readonly created_at: Date
+  /** The email rail: where the challenge was mailed, and the sent email. */
+  readonly deliver_to: string | null
+  readonly sent_email_id: string | null
 }
 
 export interface PaymentRow {
@@ -106,6 +109,8 @@ export const toChallenge = (c: ChallengeRow, callerOrgId: string, nowMs: number,
   paid_at: c.paid_at,
   payment_id: c.paid_at !== null ? c.payment_id : null,
   is_payee: c.org_id === callerOrgId,
+  deliver_to: c.org_id === callerOrgId ? c.deliver_to : null,
+  sent_email_id: c.org_id === callerOrgId ? c.sent_email_id : null,
   payment_required: paymentRequiredOf(c, publicBaseUrl)
 })
 

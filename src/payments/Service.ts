@@ -51,7 +51,7 @@ export const checksummed = (value: string): Address | undefined =>
   isAddress(value, { strict: true }) && getAddress(value) === value && !/^0x0{40}$/i.test(value) ? value as Address : undefined
 
 const CHALLENGE_COLUMNS = `id, org_id, amount::text AS amount, asset, network, pay_to, payer_address, description, nonce,
-  max_timeout_seconds, expires_at, payment_id, paid_at, created_at`
+  max_timeout_seconds, expires_at, payment_id, paid_at, created_at, deliver_to, sent_email_id`
 const PAYMENT_COLUMNS = `id, challenge_id, rail, payer_org_id, payee_org_id, status, amount::text AS amount, asset, network,
   payer_address, pay_to, nonce, transaction, failure_code, failure_category, failure_reasons, failure_message, spent_at,
   settled_at, created_at`

@@ -17,7 +17,7 @@ import { DatabaseLive } from "../../src/platform/Database.js"
 import { SmtpServerLive } from "../../src/inbound/SmtpServer.js"
 import { DispatcherLive } from "../../src/deliveries/Dispatcher.js"
 import { type BacklogOptions, EmbeddingBacklogLive } from "../../src/search/Backlog.js"
-import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive, SendTimersLive, WakeTimersLive } from "../../src/Server.js"
+import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive, PaymentEmailWorkersLive, SendTimersLive, WakeTimersLive } from "../../src/Server.js"
 
 /**
  * A port found free can be taken by another test process before the server binds it; the server is
@@ -117,6 +117,7 @@ export const testServerOn = (options: { readonly embeddingBacklog?: BacklogOptio
       WakeTimersLive({ pollMs: 50 }),
       options.embeddingBacklog === undefined ? Layer.empty : EmbeddingBacklogLive(options.embeddingBacklog),
       SendTimersLive({ pollMs: 50, retryDelays: SEND_RETRY_DELAYS }),
+      PaymentEmailWorkersLive({ pollMs: 50 }),
       Layer.succeed(TestServer, { port, smtpPort, baseUrl })
     ).pipe(
       Layer.provide(DeliveryServicesLive),

@@ -3,7 +3,7 @@ import { Effect, Option } from "effect"
 import { readFileSync } from "node:fs"
 import type { Hex } from "viem"
 import type { Challenge, Payment, PayoutAddress } from "../../payments/Api.js"
-import { PRIVATE_KEY, signChallenge } from "../../payments/Sign.js"
+import { PRIVATE_KEY, type SignableRequirements, signChallenge } from "../../payments/Sign.js"
 import { CliFailure } from "../Failure.js"
 import { col, showList, showOne } from "../Output.js"
 import { authedClient } from "../Session.js"
@@ -92,7 +92,8 @@ export const challengesCreate: Handler<typeof S.paymentsChallengesCreate> = (o) 
         ...opt("network", o.network),
         ...opt("description", o.description),
         ...opt("expires_in", o.expiresIn),
-        ...opt("payer_address", o.payerAddress)
+        ...opt("payer_address", o.payerAddress),
+        ...opt("deliver_to", o.deliverTo)
       },
       headers: {}
     })
@@ -128,13 +129,31 @@ const readKey = (file: string) =>
 
 export const pay: Handler<typeof S.paymentsPay> = (o) =>
   Effect.gen(function*() {
+    if ((o.id === undefined) === Option.isNone(o.email)) {
+      return yield* usage("name what to pay: a challenge id, or --email <received email id> (not both)")
+    }
     const key = yield* readKey(o.keyFile)
     const { client, target } = yield* authedClient
-    const challenge = yield* client.payments.getChallenge({ path: { id: o.id } })
+    if (Option.isSome(o.email)) {
+      // Email rail: the challenge the email carries, signed here, mailed back as a reply.
+      const found = yield* client.payments.getEmailChallenge({ path: { id: o.email.value } })
+      const required = found.payment_required as { accepts?: ReadonlyArray<SignableRequirements> } | null
+      const req = required?.accepts?.[0]
+      if (req === undefined) return yield* new CliFailure({ message: "the email's challenge offers no way to pay it" })
+      const signed = yield* Effect.promise(() => signChallenge(key, req, Date.now() / 1000))
+      const sent = yield* client.payments.payByEmail({
+        path: { id: o.email.value },
+        payload: { payment_payload: signed },
+        headers: {}
+      })
+      return yield* showOne(target.json, sent)
+    }
+    const id = o.id!
+    const challenge = yield* client.payments.getChallenge({ path: { id } })
     const requirements = challenge.payment_required.accepts[0]
     if (requirements === undefined) return yield* new CliFailure({ message: "the challenge offers no way to pay it" })
     const payload = yield* Effect.promise(() => signChallenge(key, requirements, Date.now() / 1000))
-    const payment = yield* client.payments.pay({ path: { id: o.id }, payload: { payment_payload: payload }, headers: {} })
+    const payment = yield* client.payments.pay({ path: { id }, payload: { payment_payload: payload }, headers: {} })
     yield* showOne(target.json, payment)
   })
 

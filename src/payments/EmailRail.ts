@@ -1,0 +1,462 @@
+/**
+ * The email rail of x402: payments asked for and made by mail.
+ *
+ * - A challenge created with `deliver_to` is mailed from the payee's managed inbox through the send
+ *   path (same checks, quotas, relay, DKIM): its MIME carries an `application/x402-payment-required+json`
+ *   part holding the x402 PaymentRequired. The sent email's Message-ID is recorded on the challenge.
+ * - A payer answers with a reply carrying an `application/x402-payment+json` part (the signed x402
+ *   PaymentPayload). Ingestion stores a job row in the very statement that stores the email, so an
+ *   accepted reply is never lost; workers (every process, leased, SKIP LOCKED) match it to its
+ *   challenge (In-Reply-To/References against the challenge's Message-ID, else the payload's
+ *   `accepted.extra.challengeId`, always within the receiving organization) and hand it to
+ *   `PaymentsService.settleIncoming` (settle caps, verification, settlement, events).
+ * - The payee's service then answers the payer by reply: a receipt (settled, transaction hash) or a
+ *   reject naming the code and reasons, both with an `application/x402-payment-response+json` part
+ *   (the x402 SettleResponse plus our fields). The answer is recorded before it is mailed, so a
+ *   crash between the two re-mails the answer and never settles twice.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Duration, Effect, Layer, Option } from "effect"
+import { simpleParser } from "mailparser"
+import { NotFound, PaymentDeclined, ValidationError } from "../contract/Errors.js"
+import { MoreOnEmailStored, type EmailStoredHook } from "../inbound/Store.js"
+import { AppConfig } from "../platform/Config.js"
+import { randomToken } from "../platform/Secrets.js"
+import { sendableAddresses } from "../registries/Senders.js"
+import { replyInput } from "../sending/Replies.js"
+import { Sender, type SendInput } from "../sending/Sender.js"
+import type { PaymentRequired } from "./Api.js"
+import { fromAtomic, atomicOf } from "./Money.js"
+import { declined } from "./Failures.js"
+import { evaluatePolicy, utcDay } from "./Policy.js"
+import { type ChallengeRow, paymentRequiredOf, type PaymentRow, PaymentsRepo, policyOf } from "./Repo.js"
+import { payloadValue } from "./Verifier.js"
+import { type PayResult, PaymentsService } from "./Service.js"
+
+export const PAYMENT_REQUIRED_TYPE = "application/x402-payment-required+json"
+export const PAYMENT_TYPE = "application/x402-payment+json"
+export const PAYMENT_RESPONSE_TYPE = "application/x402-payment-response+json"
+/** Names the challenge a mailed PaymentRequired is for, and the status of a receipt or reject. */
+export const CHALLENGE_HEADER = "X-Mailroom-Payment-Challenge"
+export const STATUS_HEADER = "X-Mailroom-Payment-Status"
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+/** The JSON text of the first part of `type` in a raw message, or null. */
+export const partOf = async (raw: Uint8Array, type: string): Promise<string | null> => {
+  const mail = await simpleParser(Buffer.from(raw), { skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true })
+  const part = mail.attachments.find((a) => a.contentType.toLowerCase() === type)
+  return part === undefined ? null : part.content.toString("utf8")
+}
+
+const hasPart = (types: ReadonlyArray<string>, type: string) => types.some((t) => t.toLowerCase() === type)
+
+/** What the payee's service mails back: the x402 SettleResponse and our fields. */
+export interface Answer {
+  readonly x402Version: 2
+  readonly success: boolean
+  readonly transaction: string | null
+  readonly network: string | null
+  readonly payer: string | null
+  readonly errorReason: string | null
+  readonly challenge_id: string | null
+  readonly payment_id: string | null
+  readonly status: "settled" | "failed" | "conflict"
+  readonly amount: string | null
+  readonly code: string | null
+  readonly failure_category: string | null
+  readonly reasons: ReadonlyArray<string>
+  readonly retryable: boolean
+  readonly message: string
+}
+
+const answerOf = (r: PayResult, challenge: ChallengeRow): Answer => {
+  const base = {
+    x402Version: 2 as const,
+    network: challenge.network,
+    challenge_id: challenge.id,
+    amount: fromAtomic(atomicOf(challenge.amount))
+  }
+  switch (r._tag) {
+    case "Settled":
+      return {
+        ...base,
+        success: true,
+        transaction: r.payment.transaction,
+        payer: r.payment.payer_address,
+        errorReason: null,
+        payment_id: r.payment.id,
+        status: "settled",
+        code: null,
+        failure_category: null,
+        reasons: [],
+        retryable: false,
+        message: `settled: ${base.amount} USDC on ${challenge.network}, transaction ${r.payment.transaction}`
+      }
+    case "Failed":
+      return {
+        ...base,
+        success: false,
+        transaction: null,
+        payer: r.payment.payer_address,
+        errorReason: r.failure.reasons[0] ?? r.failure.code,
+        payment_id: r.payment.id,
+        status: "failed",
+        code: r.failure.code,
+        failure_category: r.failure.category,
+        reasons: r.failure.reasons,
+        retryable: r.failure.retryAfter !== null,
+        message: r.failure.message
+      }
+    case "Conflict":
+      return {
+        ...base,
+        success: false,
+        transaction: null,
+        payer: null,
+        errorReason: "conflict",
+        payment_id: r.paymentId,
+        status: "conflict",
+        code: "conflict",
+        failure_category: null,
+        reasons: [],
+        retryable: false,
+        message: r.message
+      }
+  }
+}
+
+const answerText = (a: Answer) =>
+  a.success
+    ? `Payment received.\n\nAmount: ${a.amount} USDC\nNetwork: ${a.network}\nTransaction: ${a.transaction}\n` +
+      `Challenge: ${a.challenge_id}\nPayment: ${a.payment_id}\n`
+    : `Payment not accepted: ${a.code}${a.reasons.length > 0 ? ` (${a.reasons.join(", ")})` : ""}.\n\n${a.message}\n\n` +
+      `Challenge: ${a.challenge_id}\n${a.payment_id !== null ? `Payment: ${a.payment_id}\n` : ""}` +
+      (a.retryable ? "The same signed payment may be sent again.\n" : "")
+
+const json64 = (value: unknown) => Buffer.from(JSON.stringify(value, null, 2), "utf8").toString("base64")
+
+interface JobRow {
+  readonly email_id: string
+  readonly org_id: string
+  readonly attempts: number
+  readonly challenge_id: string | null
+  readonly outcome: string | null
+  readonly answer: Answer | null
+}
+
+export interface EmailRailWorkerOptions {
+  /** Longest sleep between looks for jobs (default 200 ms). */
+  readonly pollMs?: number
+  /** Jobs in flight at once per process (default 8). */
+  readonly concurrency?: number
+}
+
+/** Attempts of a job whose answer cannot be mailed (or whose challenge is being settled) before it stops. */
+const MAX_ATTEMPTS = 6
+const retryDelayMs = (attempt: number) => Math.min(60_000, 1000 * 2 ** attempt)
+
+export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/EmailRail", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const config = yield* AppConfig
+    const payments = yield* PaymentsService
+    const sender = yield* Sender
+    const repo = yield* PaymentsRepo
+    const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
+
+    /** Mails a new challenge to `deliverTo` from the payee's managed inbox; records its Message-ID. */
+    const mailChallenge = (orgId: string, challenge: ChallengeRow, deliverTo: string) =>
+      Effect.gen(function*() {
+        const own = yield* sendableAddresses(orgId).pipe(provideSql)
+        if (own.managed === null) {
+          return yield* new ValidationError({
+            message: "deliver_to: this organization has no managed inbox to mail the challenge from",
+            details: { issues: [{ field: "deliver_to", reason: "no managed inbox to send from" }] }
+          })
+        }
+        const required = paymentRequiredOf(challenge, config.publicBaseUrl)
+        const amount = fromAtomic(atomicOf(challenge.amount))
+        const input: SendInput = {
+          kind: "send",
+          sourceEmailId: null,
+          from: own.managed,
+          to: [deliverTo],
+          cc: [],
+          bcc: [],
+          replyTo: null,
+          subject: `Payment request: ${amount} USDC${challenge.description !== null ? ` (${challenge.description.slice(0, 120)})` : ""}`
+            .replace(/[\r\n]+/g, " "),
+          text: `A payment of ${amount} USDC on ${challenge.network} to ${challenge.pay_to} is requested` +
+            `${challenge.description !== null ? `: ${challenge.description}` : ""}.\n\n` +
+            `The x402 PaymentRequired is attached (${PAYMENT_REQUIRED_TYPE}). To pay, reply to this message with ` +
+            `the signed x402 PaymentPayload as an ${PAYMENT_TYPE} part (mailroom payments pay --email <id> does it).\n` +
+            `It expires at ${challenge.expires_at.toISOString()}.\n\nChallenge: ${challenge.id}\n`,
+          html: null,
+          headers: { [CHALLENGE_HEADER]: challenge.id },
+          attachments: [{ filename: "payment-required.json", content_type: PAYMENT_REQUIRED_TYPE, content_base64: json64(required) }],
+          sendAt: null,
+          discardContent: false,
+          inReplyTo: null,
+          references: []
+        }
+        const sent = yield* sender.submit(orgId, input)
+        yield* sql`
+          UPDATE payment_challenges SET deliver_to = ${deliverTo}, sent_email_id = ${sent.id}, message_id = ${sent.message_id}
+          WHERE id = ${challenge.id}`.pipe(Effect.orDie)
+        return sent
+      })
+
+    /** The PaymentRequired a received email of the organization carries. */
+    const challengeOfEmail = (orgId: string, emailId: string) =>
+      Effect.gen(function*() {
+        const rows = yield* sql<{ raw: Uint8Array | null }>`
+          SELECT c.raw FROM emails e JOIN email_contents c ON c.email_id = e.id
+          WHERE e.id = ${emailId} AND e.org_id = ${orgId}`.pipe(Effect.orDie)
+        const raw = rows[0]?.raw
+        if (raw === undefined || raw === null) return yield* new NotFound({ message: `no email ${emailId}` })
+        const text = yield* Effect.promise(() => partOf(raw, PAYMENT_REQUIRED_TYPE).catch(() => null))
+        const parsed = text === null ? null : parseJson(text)
+        const required = parsed as PaymentRequired | null
+        if (
+          required === null || typeof required !== "object" || !Array.isArray(required.accepts) ||
+          typeof required.accepts[0] !== "object" || required.accepts[0] === null
+        ) {
+          return yield* new NotFound({ message: `email ${emailId} carries no ${PAYMENT_REQUIRED_TYPE} part with a payment requirement` })
+        }
+        return required
+      })
+
+    /**
+     * The payer's spend policy over what the payload would move, before anything is mailed: the
+     * kill-switch, the per-payment cap, the allowlist (the payee's organization when the challenge is
+     * one of this service's, else its payout address) and the daily cap over the day's HTTP payments.
+     */
+    const payerPolicy = (orgId: string, required: PaymentRequired, payload: unknown) =>
+      Effect.gen(function*() {
+        const req = required.accepts[0]!
+        const named = req.extra?.challengeId
+        const auth = (payload as { payload?: { authorization?: { to?: unknown } } } | null)?.payload?.authorization
+        const amount = payloadValue(payload) ?? (/^\d{1,78}$/.test(String(req.amount)) ? BigInt(String(req.amount)) : 0n)
+        const payee = typeof named === "string" && UUID.test(named)
+          ? Option.getOrUndefined(yield* payments.challengeById(named))
+          : undefined
+        const nowMs = yield* Clock.currentTimeMillis
+        const day = utcDay(nowMs)
+        const reasons = evaluatePolicy(policyOf(yield* repo.policyRow(orgId)), {
+          amount,
+          spentToday: yield* repo.spentBy(orgId, day.start, day.end),
+          payeeOrgId: payee?.org_id ?? "",
+          payTo: typeof auth?.to === "string" ? auth.to : String(req.payTo)
+        })
+        if (reasons.length === 0) return
+        const failure = declined(reasons)
+        return yield* new PaymentDeclined({
+          message: failure.message,
+          details: {
+            failure_category: failure.category,
+            reasons,
+            retryable: false,
+            payment_id: null,
+            challenge_id: typeof named === "string" ? named : null
+          }
+        })
+      })
+
+    /** Replies to a received challenge with the signed payment as an `application/x402-payment+json` part. */
+    const payByEmail = (orgId: string, emailId: string, payload: unknown) =>
+      Effect.gen(function*() {
+        const required = yield* challengeOfEmail(orgId, emailId)
+        yield* payerPolicy(orgId, required, payload)
+        const challengeId = required.accepts[0]?.extra?.challengeId
+        const base = yield* replyInput(orgId, emailId, {
+          text: `Signed x402 payment attached (${PAYMENT_TYPE})${typeof challengeId === "string" ? ` for challenge ${challengeId}` : ""}.\n`
+        }).pipe(provideSql)
+        return yield* sender.submit(orgId, {
+          ...base,
+          attachments: [{ filename: "payment.json", content_type: PAYMENT_TYPE, content_base64: json64(payload) }]
+        })
+      })
+
+    // --- ingestion -----------------------------------------------------------------------------
+
+    /** The job row of an accepted email carrying a signed payment, stored with the email. */
+    const hook: EmailStoredHook = (email, message) =>
+      Effect.sync(() =>
+        email.recipient.wake === null && hasPart(message.parsed.attachments.map((a) => a.content_type), PAYMENT_TYPE)
+          ? Option.some(sql`INSERT INTO payment_email_jobs (email_id, org_id) VALUES (${email.id}, ${email.orgId})`)
+          : Option.none()
+      )
+
+    // --- the worker ----------------------------------------------------------------------------
+
+    const finish = (emailId: string, token: string, fields: { outcome: string; answer: Answer | null; challengeId: string | null; paymentId: string | null; replyId: string | null; error: string | null }) =>
+      sql`UPDATE payment_email_jobs SET status = 'done', outcome = ${fields.outcome},
+            answer = ${fields.answer === null ? null : JSON.stringify(fields.answer)}::jsonb,
+            challenge_id = coalesce(${fields.challengeId}::uuid, challenge_id), payment_id = coalesce(${fields.paymentId}::uuid, payment_id),
+            reply_email_id = ${fields.replyId}, last_error = ${fields.error}, lease_token = NULL, lease_until = NULL, updated_at = now()
+          WHERE email_id = ${emailId} AND lease_token = ${token}`.pipe(Effect.orDie)
+
+    const later = (job: JobRow, token: string, error: string, nowMs: number) =>
+      sql`UPDATE payment_email_jobs SET due_at = ${new Date(nowMs + retryDelayMs(job.attempts))}, last_error = ${error},
+            lease_token = NULL, lease_until = NULL, updated_at = now()
+          WHERE email_id = ${job.email_id} AND lease_token = ${token}`.pipe(Effect.orDie)
+
+    const matchChallenge = (orgId: string, ids: ReadonlyArray<string>, payload: unknown) =>
+      Effect.gen(function*() {
+        if (ids.length > 0) {
+          const rows = yield* sql<{ id: string }>`
+            SELECT id FROM payment_challenges WHERE org_id = ${orgId} AND message_id IN ${sql.in(ids)}
+            ORDER BY created_at DESC LIMIT 1`
+          if (rows[0] !== undefined) return Option.some(rows[0].id)
+        }
+        const named = (payload as { accepted?: { extra?: { challengeId?: unknown } } } | null)?.accepted?.extra?.challengeId
+        if (typeof named === "string" && UUID.test(named)) {
+          const rows = yield* sql<{ id: string }>`SELECT id FROM payment_challenges WHERE org_id = ${orgId} AND id = ${named}`
+          if (rows[0] !== undefined) return Option.some(rows[0].id)
+        }
+        return Option.none<string>()
+      }).pipe(Effect.orDie)
+
+    /** A duplicate of a payment already settled with the same signed authorization: answer its receipt again. */
+    const alreadySettled = (r: PayResult, payload: unknown): Effect.Effect<PayResult> =>
+      Effect.gen(function*() {
+        if (r._tag !== "Conflict" || r.paymentId === null) return r
+        const nonce = (payload as { payload?: { authorization?: { nonce?: unknown } } } | null)?.payload?.authorization?.nonce
+        const p = yield* payments.paymentById(r.paymentId)
+        return p.status === "settled" && typeof nonce === "string" && p.nonce?.toLowerCase() === nonce.toLowerCase()
+          ? { _tag: "Settled", payment: p as PaymentRow }
+          : r
+      })
+
+    const mailAnswer = (orgId: string, emailId: string, answer: Answer) =>
+      Effect.gen(function*() {
+        const base = yield* replyInput(orgId, emailId, { text: answerText(answer) }).pipe(provideSql)
+        return yield* sender.submit(orgId, {
+          ...base,
+          headers: {
+            [STATUS_HEADER]: answer.status,
+            ...(answer.challenge_id !== null ? { [CHALLENGE_HEADER]: answer.challenge_id } : {})
+          },
+          attachments: [{ filename: "payment-response.json", content_type: PAYMENT_RESPONSE_TYPE, content_base64: json64(answer) }]
+        })
+      })
+
+    const runJob = (job: JobRow, token: string) =>
+      Effect.gen(function*() {
+        const nowMs = yield* Clock.currentTimeMillis
+        let answer = job.answer
+        let challengeId = job.challenge_id
+        if (answer === null) {
+          const rows = yield* sql<{ raw: Uint8Array | null; in_reply_to: string | null; references: ReadonlyArray<string>; payments: boolean }>`
+            SELECT c.raw, e.in_reply_to, e."references",
+              EXISTS (SELECT 1 FROM organization_entitlements g WHERE g.org_id = e.org_id AND g.entitlement = 'payments') AS payments
+            FROM emails e JOIN email_contents c ON c.email_id = e.id WHERE e.id = ${job.email_id}`.pipe(Effect.orDie)
+          const email = rows[0]
+          if (email === undefined || email.raw === null || !email.payments) {
+            return yield* finish(job.email_id, token, {
+              outcome: "ignored", answer: null, challengeId: null, paymentId: null, replyId: null,
+              error: email === undefined || email.raw === null ? "the email's content is gone" : "payments are not enabled"
+            })
+          }
+          const text = yield* Effect.promise(() => partOf(email.raw!, PAYMENT_TYPE).catch(() => null))
+          // An unreadable part is still a payment attempt: the verifier names it `malformed_payload`.
+          const payload = text === null ? null : parseJson(text) ?? text
+          const ids = [email.in_reply_to, ...[...email.references].reverse()].filter((s): s is string => typeof s === "string" && s !== "")
+          const matched = yield* matchChallenge(job.org_id, ids, payload)
+          if (Option.isNone(matched)) {
+            return yield* finish(job.email_id, token, {
+              outcome: "unmatched", answer: null, challengeId: null, paymentId: null, replyId: null,
+              error: "no challenge of this organization is named by In-Reply-To, References or the payload"
+            })
+          }
+          challengeId = matched.value
+          const result = yield* Effect.flatMap(payments.settleIncoming(job.org_id, challengeId, payload), (r) => alreadySettled(r, payload))
+          if (result._tag === "Conflict" && /being settled/.test(result.message) && job.attempts < MAX_ATTEMPTS) {
+            return yield* later(job, token, result.message, nowMs)
+          }
+          const challenge = Option.getOrThrow(yield* payments.challengeById(challengeId))
+          answer = answerOf(result, challenge)
+          // Decided: recorded before it is mailed, so a retry only mails it.
+          yield* sql`UPDATE payment_email_jobs SET challenge_id = ${challengeId}, payment_id = ${answer.payment_id},
+                       outcome = ${answer.status}, answer = ${JSON.stringify(answer)}::jsonb, updated_at = now()
+                     WHERE email_id = ${job.email_id} AND lease_token = ${token}`.pipe(Effect.orDie)
+        }
+        const decided = answer
+        const sent = yield* Effect.either(mailAnswer(job.org_id, job.email_id, decided))
+        if (sent._tag === "Left") {
+          const e = sent.left
+          // Relay trouble and a full send quota pass; a refusal of the send itself does not.
+          const transient = e._tag.startsWith("Outbound") || e._tag === "RateLimited"
+          if (transient && job.attempts < MAX_ATTEMPTS) return yield* later(job, token, e.message, nowMs)
+          return yield* finish(job.email_id, token, {
+            outcome: decided.status, answer: decided, challengeId, paymentId: decided.payment_id, replyId: null,
+            error: `the answer could not be mailed: ${e.message}`
+          })
+        }
+        yield* finish(job.email_id, token, {
+          outcome: decided.status, answer: decided, challengeId, paymentId: decided.payment_id, replyId: sent.right.id, error: null
+        })
+      })
+
+    const leaseMs = Duration.toMillis(config.x402SettleTimeout) + Duration.toMillis(config.outboundTimeout) + 60_000
+
+    /** Claims due jobs for this process (lease, SKIP LOCKED) and runs them. */
+    const pass = (batch: number, concurrency: number) =>
+      Effect.gen(function*() {
+        const token = randomToken(16)
+        const nowMs = yield* Clock.currentTimeMillis
+        const now = new Date(nowMs)
+        const jobs = yield* sql<JobRow>`
+          UPDATE payment_email_jobs SET lease_token = ${token}, lease_until = ${new Date(nowMs + leaseMs)},
+            attempts = attempts + 1, updated_at = now()
+          WHERE email_id IN (
+            SELECT email_id FROM payment_email_jobs
+            WHERE status = 'pending' AND due_at <= ${now} AND (lease_until IS NULL OR lease_until < ${now})
+            ORDER BY due_at LIMIT ${batch} FOR UPDATE SKIP LOCKED)
+          RETURNING email_id, org_id, attempts, challenge_id, outcome, answer`.pipe(Effect.orDie)
+        yield* Effect.forEach(jobs, (job) =>
+          runJob(job, token).pipe(
+            Effect.catchAllCause((cause) =>
+              Effect.zipRight(
+                Effect.logError(`payment email ${job.email_id} failed; retried after its lease`, cause),
+                Effect.ignore(later(job, token, "internal error", nowMs))
+              )
+            )
+          ), { concurrency, discard: true })
+        return jobs.length
+      })
+
+    return { mailChallenge, challengeOfEmail, payByEmail, hook, pass } as const
+  })
+}) {}
+
+const parseJson = (text: string): unknown => {
+  try {
+    return JSON.parse(text) as unknown
+  } catch {
+    return null
+  }
+}
+
+/** Registers the ingestion hook (the job row stored with each email carrying a signed payment). */
+export const EmailRailHookLive = Layer.effect(MoreOnEmailStored, Effect.map(EmailRail, (rail) => [rail.hook]))
+
+/** The workers that settle payment replies and answer them, in every process. */
+export const EmailRailWorkerLive = (options: EmailRailWorkerOptions = {}) =>
+  Layer.scopedDiscard(Effect.gen(function*() {
+    const rail = yield* EmailRail
+    const pollMs = options.pollMs ?? 200
+    const concurrency = options.concurrency ?? 8
+    const batch = concurrency * 4
+    const loop = Effect.gen(function*() {
+      while (true) {
+        const n = yield* rail.pass(batch, concurrency).pipe(
+          Effect.catchAllCause((cause) => Effect.as(Effect.logError("payment email workers: a pass failed", cause), 0))
+        )
+        if (n >= batch) continue
+        yield* Effect.sleep(Duration.millis(pollMs))
+      }
+    })
+    yield* Effect.forkScoped(loop)
+  }))

@@ -12,9 +12,14 @@
  *    message's `X-Bench-Due` header on arrival: prints lateness (arrival − send_at) p50/p99/max
  *    (target p99 ≤ 1 s), and messages missing or duplicated.
  *
- *   [DATABASE_URL=postgres://postgres@127.0.0.1:5432/test] npx tsx scripts/bench-send.ts [--messages 2000] [--scheduled 1000]
+ * Every sent email also becomes a search document that the in-process embedding model (a worker
+ * thread of the service) embeds in the background; `--stub-embeddings` points the service at a
+ * loopback embeddings service that answers at once instead, to see the send path alone.
+ *
+ *   [DATABASE_URL=postgres://postgres@127.0.0.1:5432/test] npx tsx scripts/bench-send.ts [--messages 2000] [--scheduled 1000] [--stub-embeddings]
  */
 import { generateKeyPairSync } from "node:crypto"
+import { createServer as createHttpServer } from "node:http"
 import { createServer, type Server, type Socket } from "node:net"
 import nodemailer from "nodemailer"
 import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
@@ -24,6 +29,22 @@ const SCHEDULED = arg("scheduled", 1000)
 const CLIENTS = 16
 const WARMUP = 64
 const SPREAD_MS = 10_000
+/** `--stub-embeddings`: an embeddings service on loopback answering at once, so sent mail is not embedded by the in-process model. */
+const STUB_EMBEDDINGS = process.argv.includes("--stub-embeddings")
+
+const startStubEmbeddings = () =>
+  new Promise<{ url: string; close: () => void }>((resolve) => {
+    const server = createHttpServer((req, res) => {
+      let raw = ""
+      req.on("data", (c: Buffer) => (raw += c.toString("utf8")))
+      req.on("end", () => {
+        const input = (JSON.parse(raw) as { input: Array<string> }).input
+        res.writeHead(200, { "content-type": "application/json" })
+        res.end(JSON.stringify({ data: input.map((_, index) => ({ index, embedding: [1, 0, 0, 0] })) }))
+      })
+    })
+    server.listen(0, "127.0.0.1", () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, close: () => server.close() }))
+  })
 
 /** A minimal SMTP relay: accepts everything, counts messages, notes when each `X-Bench-Due` arrived. */
 const startRelay = () =>
@@ -112,7 +133,12 @@ const post = async (baseUrl: string, apiKey: string, payload: unknown) => {
 const main = async () => {
   const relay = await startRelay()
   const db = await scratch("send")
-  const env = { ...db.env, OUTBOUND_SMTP_URL: `smtp://127.0.0.1:${relay.port}` }
+  const stub = STUB_EMBEDDINGS ? await startStubEmbeddings() : undefined
+  const env = {
+    ...db.env,
+    OUTBOUND_SMTP_URL: `smtp://127.0.0.1:${relay.port}`,
+    ...(stub !== undefined ? { EMBEDDINGS_URL: stub.url, EMBEDDINGS_MODEL: "bench-stub" } : {})
+  }
   const orgs = await provision(env, CLIENTS, "pro")
   const service = await startService(env)
   const backend = process.env.DATABASE_URL ? "PostgreSQL" : "PGlite"
@@ -165,7 +191,7 @@ const main = async () => {
     const plainRate = await direct(false)
     const dkimRate = await direct(true)
     const sorted = [...latencies].sort((a, b) => a - b)
-    console.log(`immediate sends (${backend}, ${MESSAGES} messages, ${CLIENTS} concurrent clients, ~1.6 KB text + HTML):`)
+    console.log(`immediate sends (${backend}${stub !== undefined ? ", embeddings stubbed" : ", sent mail embedded by the in-process model"}, ${MESSAGES} messages, ${CLIENTS} concurrent clients, ~1.6 KB text + HTML):`)
     console.log(`  POST /v1/send-mail:      ${apiRate.toFixed(0)} sends/s; p50 ${percentile(sorted, 0.5).toFixed(1)} ms, ` +
       `p99 ${percentile(sorted, 0.99).toFixed(1)} ms; service CPU ${cpuPerSend.toFixed(2)} ms/send`)
     console.log(`  nodemailer, no DKIM:     ${plainRate.toFixed(0)} sends/s`)
@@ -206,6 +232,7 @@ const main = async () => {
   } finally {
     await service.stop()
     relay.server.close()
+    stub?.close()
     await db.cleanup()
   }
 }

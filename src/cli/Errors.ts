@@ -47,7 +47,9 @@ const apiReport = (e: ApiError, fields: FieldNames): Report => {
   }
   if (e.details !== undefined) json.details = e.details
   for (const gate of e.gates ?? []) {
-    lines.push(`gate ${gate.name}: ${gate.message}${gate.fix ? ` (fix: ${gate.fix.action} ${gate.fix.subject})` : ""}`)
+    // One line per refused subject (a recipient, for the send gates), its fix and where it is explained.
+    const fix = gate.fix ? `; fix: ${gate.fix.action} ${gate.fix.subject}` : ""
+    lines.push(`gate ${gate.name}: ${gate.subject}: ${gate.message}${fix}${gate.docs_url ? ` (${gate.docs_url})` : ""}`)
   }
   if (e.gates !== undefined) json.gates = e.gates
   const retryAfter = lastResponse.headers["retry-after"]

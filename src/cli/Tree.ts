@@ -48,6 +48,7 @@ const registries = () => import("./commands/registries.js")
 const demo = () => import("./commands/demo.js")
 const payments = () => import("./commands/payments.js")
 const conversations = () => import("./commands/conversations.js")
+const sending = () => import("./commands/sending.js")
 
 export { globalFlags }
 
@@ -113,6 +114,18 @@ export const root: Group = group(
       cmd(S.emailsGet, () => mail().then((m) => m.emailsGet)),
       cmd(S.emailsRaw, () => mail().then((m) => m.emailsRaw)),
       cmd(S.emailsAttachments, () => mail().then((m) => m.emailsAttachments))
+    ]),
+    cmd(S.send, () => sending().then((m) => m.send)),
+    cmd(S.reply, () => sending().then((m) => m.reply)),
+    cmd(S.forward, () => sending().then((m) => m.forward)),
+    group("sent", "Sent and scheduled emails", ["mailroom sent list --status scheduled", "mailroom sent cancel <id>"], [
+      cmd(S.sentList, () => sending().then((m) => m.sentList)),
+      cmd(S.sentGet, () => sending().then((m) => m.sentGet)),
+      cmd(S.sentCancel, () => sending().then((m) => m.sentCancel)),
+      cmd(S.sentReschedule, () => sending().then((m) => m.sentReschedule))
+    ]),
+    group("outbound", "The outbound relay and send quotas", ["mailroom outbound status"], [
+      cmd(S.outboundStatus, () => sending().then((m) => m.outboundStatus))
     ]),
     group("deliveries", "Webhook deliveries", ["mailroom deliveries list --status failed", "mailroom deliveries replay <id>"], [
       cmd(S.deliveriesList, () => mail().then((m) => m.deliveriesList)),

@@ -273,10 +273,12 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     const relayRow = (
       row: SentRow,
       token: string,
-      retryAt?: (e: RelayError) => Date | undefined
+      retryAt?: (e: RelayError) => Date | undefined,
+      known?: ContentRow
     ): Effect.Effect<Either.Either<SentRow, RelayError>> =>
       Effect.gen(function*() {
-        const content = Option.getOrElse(yield* repo.content(row.id), (): ContentRow => ({
+        // An immediate send has its content at hand (just recorded): no need to read it back.
+        const content = known ?? Option.getOrElse(yield* repo.content(row.id), (): ContentRow => ({
           text_body: null,
           html_body: null,
           headers: {},
@@ -400,7 +402,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           yield* checkQuota(orgId, facts, at)
           return yield* repo.recordSentEmail(record)
         }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
-        const result = yield* relayRow(row, token)
+        const result = yield* relayRow(row, token, undefined, content)
         return yield* Either.match(result, { onLeft: (e) => Effect.fail(e), onRight: Effect.succeed })
       }).pipe(Effect.withSpan("Sender.submit"))
 

@@ -28,7 +28,7 @@ const hashEmbed = (text: string) => {
 interface StubState {
   mode: "ok" | "fail" | "malformed"
   delayMs: number
-  readonly requests: Array<{ authorization: string | undefined; body: { model: string; input: Array<string>; encoding_format: string } }>
+  readonly requests: Array<{ at: number; authorization: string | undefined; body: { model: string; input: Array<string>; encoding_format: string } }>
   readonly url: string
 }
 
@@ -41,7 +41,7 @@ const startStub = Effect.acquireRelease(
       req.on("data", (c: Buffer) => chunks.push(c))
       req.on("end", () => {
         const body = JSON.parse(Buffer.concat(chunks).toString("utf8"))
-        state.requests.push({ authorization: req.headers.authorization, body })
+        state.requests.push({ at: Date.now(), authorization: req.headers.authorization, body })
         const answer = () => {
           if (req.url !== "/v1/embeddings" || state.mode === "fail") {
             res.writeHead(500, { "content-type": "application/json" })
@@ -120,7 +120,7 @@ const newOrg = Effect.gen(function*() {
   const p = yield* Provisioning
   const org = yield* p.createOrganization({ name: "Embedder", plan: "developer" })
   const key = yield* p.issueApiKey(org.id)
-  return { apiKey: key.apiKey, address: org.managedInboxAddress }
+  return { id: org.id, apiKey: key.apiKey, address: org.managedInboxAddress }
 })
 
 const search = (token: string, params: Record<string, string>) =>
@@ -178,6 +178,25 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("search with the HTT
         const later = yield* search(org.apiKey, { q: "migration checklist" })
         expect(later.body.data.results[0].matched).toEqual(["lexical", "semantic"])
       }))
+
+    it.effect("the backlog is background work: after each batch it rests as long as the batch took", () =>
+      Effect.gen(function*() {
+        const stub = yield* Stub
+        const org = yield* newOrg
+        const sql = yield* SqlClient.SqlClient
+        stub.delayMs = 300
+        const from = stub.requests.length
+        // 64 documents pending at once: four full batches of 16, each taking the model 300 ms.
+        yield* sql`INSERT INTO search_documents (id, org_id, kind, subject, body)
+                   SELECT gen_random_uuid(), ${org.id}::uuid, 'received', 'Paced ' || g, 'document number ' || g
+                     FROM generate_series(1, 64) g`
+        yield* until("the backlog", pending, (p) => p.n === 0)
+        stub.delayMs = 0
+        const batches = stub.requests.slice(from).filter((r) => r.body.input.length === 16)
+        expect(batches.length).toBe(4)
+        // Flat out, the next batch would start ~300 ms (the call) after the last; resting doubles it.
+        for (let i = 1; i < batches.length; i++) expect(batches[i]!.at - batches[i - 1]!.at).toBeGreaterThanOrEqual(570)
+      }).pipe(Effect.orDie))
 
     it.effect("when it is slow, the search answers 504 search_timeout on time", () =>
       Effect.gen(function*() {

@@ -9,15 +9,25 @@
  * them when it reads the hits back. Past `MAX_FLOATS` in all, the least recently searched
  * organizations are evicted and reloaded when next searched.
  *
+ * Loading a large mailbox's vectors the first time takes longer than a search may (50,000 × 512
+ * floats is 100 MB from the database). So the load is a daemon shared by every search of that
+ * organization: a search that times out leaves it running, the next search joins it or finds the
+ * cache warm, and it reads in chunks of `CHUNK` rows, each applied as it arrives (other queries,
+ * PGlite's one connection included, get their turn between chunks).
+ *
  * For mailboxes in the millions an index-backed path (pgvector's HNSW where the server has it) would
  * replace the scan; the interface (`nearest`) stays the same.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Fiber } from "effect"
+import { endianness } from "node:os"
 
 /** 256 MB of float32 across organizations. */
 const MAX_FLOATS = 64 * 1024 * 1024
 const INITIAL_ROWS = 1024
+/** Rows per query of a load. */
+const CHUNK = 5000
+const LITTLE_ENDIAN = endianness() === "LE"
 
 interface OrgVectors {
   dims: number
@@ -41,6 +51,12 @@ export const toBytes = (v: Float32Array): Buffer => {
 }
 
 const fromBytes = (b: Uint8Array, into: Float32Array, at: number) => {
+  if (LITTLE_ENDIAN) {
+    // Stored little-endian: on such a machine the bytes are the floats (copied once to align them).
+    const aligned = b.byteOffset % 4 === 0 ? b : b.slice()
+    into.set(new Float32Array(aligned.buffer, aligned.byteOffset, aligned.byteLength >> 2), at)
+    return
+  }
   const view = new DataView(b.buffer, b.byteOffset, b.byteLength)
   for (let i = 0; i < b.byteLength / 4; i++) into[at + i] = view.getFloat32(i * 4, true)
 }
@@ -77,14 +93,15 @@ export class VectorIndex extends Effect.Service<VectorIndex>()("mailroom/VectorI
       }
     }
 
-    /** Brings the organization's vectors up to date with the database. */
-    const refresh = (orgId: string, model: string) =>
+    /** Reads one chunk newer than what the cache holds and applies it; how many rows it read. */
+    const loadChunk = (orgId: string, model: string) =>
       Effect.gen(function*() {
         const key = `${orgId}\n${model}`
         const held = cache.get(key)
+        // Ordered by the column, not by the text alias of the same name ("10000" sorts before "9999").
         const rows = yield* sql<{ id: string; dims: number; vector: Uint8Array; seq: string }>`
           SELECT id, dims, vector, seq::text AS seq FROM search_embeddings
-           WHERE org_id = ${orgId} AND model = ${model} AND seq > ${held?.seq ?? "0"}::bigint ORDER BY seq`
+           WHERE org_id = ${orgId} AND model = ${model} AND seq > ${held?.seq ?? "0"}::bigint ORDER BY search_embeddings.seq LIMIT ${CHUNK}`
         const first = rows[0]
         let v = held
         if (v === undefined) {
@@ -110,8 +127,33 @@ export class VectorIndex extends Effect.Service<VectorIndex>()("mailroom/VectorI
         }
         v.used = ++clock
         if (rows.length > 0 && held === undefined) evict()
-        return v
+        return rows.length
       })
+
+    const loading = new Map<string, Fiber.RuntimeFiber<OrgVectors | undefined, unknown>>()
+
+    /** Brings the organization's vectors up to date with the database (one shared load at a time). */
+    const refresh = (orgId: string, model: string): Effect.Effect<OrgVectors | undefined> =>
+      Effect.suspend(() => {
+        const key = `${orgId}\n${model}`
+        const running = loading.get(key)
+        if (running !== undefined) return Fiber.join(running)
+        const load = Effect.gen(function*() {
+          // Between chunks a timer turn: PGlite answers in microtasks, which would otherwise run the
+          // whole load before any timer (a search's time budget included) gets to fire.
+          while ((yield* loadChunk(orgId, model)) === CHUNK) yield* Effect.sleep("1 millis")
+          return cache.get(key)
+        })
+        return Effect.forkDaemon(load).pipe(
+          Effect.tap((fiber) =>
+            Effect.sync(() => {
+              loading.set(key, fiber)
+              // Called at once if the load is already over: a finished load is never joined again.
+              fiber.addObserver(() => { if (loading.get(key) === fiber) loading.delete(key) })
+            })),
+          Effect.flatMap(Fiber.join)
+        )
+      }).pipe(Effect.orDie)
 
     /**
      * The `k` vectors of the organization closest to `query`, restricted to `only` when given
@@ -137,6 +179,9 @@ export class VectorIndex extends Effect.Service<VectorIndex>()("mailroom/VectorI
         return topK(scores, v.rows, k, allowed).map(([i, s]) => ({ id: v.ids[i]!, score: s }))
       })
 
-    return { nearest, refresh } as const
+    /** How many vectors of the organization this process holds (0 when none are loaded). */
+    const held = (orgId: string, model: string) => Effect.sync(() => cache.get(`${orgId}\n${model}`)?.rows ?? 0)
+
+    return { nearest, refresh, held } as const
   })
 }) {}

@@ -20,7 +20,7 @@ export const AccountHttpLive = HttpApiBuilder.group(MailroomApi, "account", (han
     const secrets = yield* WebhookSecrets
     const orgId = Effect.map(CurrentPrincipal, (p) => p.orgId)
     return handlers
-      .handle("get", () => orNotFound(Effect.flatMap(orgId, repo.find)))
+      .handle("get", () => orNotFound(Effect.flatMap(orgId, repo.read)))
       .handle("update", ({ payload }) => orNotFound(Effect.flatMap(orgId, (id) => repo.update(id, payload))))
       .handle("storage", () => orNotFound(Effect.flatMap(orgId, repo.storage)))
       .handle("webhookSecret", () =>

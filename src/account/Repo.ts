@@ -1,6 +1,7 @@
 /** SQL of the Account area. */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Exit, Option } from "effect"
+import { makeBatcher } from "../platform/Batching.js"
 import { type Entitlement, entitlementsOf, LIMITS, OPERATOR_ENTITLEMENTS, type Plan } from "../contract/Plans.js"
 import type { Account, AccountUpdateResult, StorageStatistics } from "./Api.js"
 
@@ -45,11 +46,10 @@ export const toAccount = (row: AccountRow): Account => ({
 })
 
 export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/AccountRepo", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const find = (orgId: string) =>
-      sql<AccountRow>`
+    const select = sql`
         SELECT o.id, o.plan, o.managed_inbox_address, o.created_at, o.onboarding_completed, o.onboarding_step,
                o.billing_subscription_status, o.subscription_current_period_end,
                o.subscription_cancel_at_period_end, o.spam_threshold, o.discard_content_on_webhook_confirmed,
@@ -58,10 +58,32 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
                  WHERE g.org_id = o.id) AS granted,
                (SELECT u.email FROM memberships m JOIN users u ON u.id = m.user_id
                  WHERE m.org_id = o.id AND m.role = 'owner' ORDER BY m.created_at LIMIT 1) AS owner_email
-        FROM organizations o WHERE o.id = ${orgId}`.pipe(
+        FROM organizations o`
+
+    /** The account as it is now; usable inside a transaction (see `read` for plain reads). */
+    const find = (orgId: string) =>
+      sql<AccountRow>`${select} WHERE o.id = ${orgId}`.pipe(
         Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAccount)),
         Effect.orDie
       )
+
+    /**
+     * `find` for `GET /account`, outside any transaction: reads that arrive while one is in flight
+     * go together in the next statement (which starts after they arrived, so each sees every write
+     * made before it), one round trip for many organizations under load and none added when idle.
+     */
+    const read = yield* makeBatcher<string, Option.Option<Account>, never>({
+      workers: 2,
+      maxBatch: 128,
+      run: (ids) =>
+        sql<AccountRow>`${select} WHERE o.id = ANY(${[...new Set(ids)]}::uuid[])`.pipe(
+          Effect.map((rows) => {
+            const byId = new Map(rows.map((row) => [row.id, row]))
+            return ids.map((id) => Exit.succeed(Option.map(Option.fromNullable(byId.get(id)), toAccount)))
+          }),
+          Effect.orDie
+        )
+    })
 
     const update = (
       orgId: string,
@@ -101,7 +123,7 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
         return Option.some(storageStatistics(Number(row.bytes), Number(row.n), LIMITS[row.plan].storage_mb))
       }).pipe(Effect.orDie)
 
-    return { find, update, storage } as const
+    return { find, read, update, storage } as const
   })
 }) {}
 

@@ -44,10 +44,15 @@ export class Admission extends Effect.Service<Admission>()("mailroom/Admission",
           while (pending.length > 0) {
             const round = new Map<string, (typeof pending)[number]>()
             const later: typeof pending = []
+            // The policy of this round's first item: one statement counts under one policy.
+            let first: Policy | undefined
             for (const p of pending) {
               const k = `${p.policy.limit}/${p.policy.windowSeconds}/${p.key}`
-              if (round.has(k) || (round.size > 0 && [...round.values()][0]!.policy !== p.policy)) later.push(p)
-              else round.set(k, p)
+              if (round.has(k) || (first !== undefined && first !== p.policy)) later.push(p)
+              else {
+                round.set(k, p)
+                first ??= p.policy
+              }
             }
             const batch = [...round.values()]
             const policy = batch[0]!.policy

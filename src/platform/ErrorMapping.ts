@@ -32,7 +32,7 @@ import {
   nulInParams,
   nulSegment
 } from "./InputScreen.js"
-import { RequestId } from "./RequestContext.js"
+import { pathOf, RequestId } from "./RequestContext.js"
 import type { RouteTable } from "./RouteTable.js"
 
 const isApiError = (u: unknown): boolean => {
@@ -94,19 +94,24 @@ const screen = (
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const method = request.method.toUpperCase()
-    const url = new URL(request.url, "http://mailroom.invalid")
-    const route = routes.match(method, url.pathname)
+    const path = pathOf(request.url)
+    // The route is looked up only when it is needed (a NUL in the path, a body to screen).
+    const routeOf = () => routes.match(method, path)
 
-    const segment = nulSegment(url.pathname)
+    const segment = nulSegment(path)
     if (segment !== undefined) {
-      const raw = url.pathname.split("/")[segment] ?? ""
+      const raw = path.split("/")[segment] ?? ""
+      const route = routeOf()
       const param = route === undefined ? undefined : Object.entries(route.params).find(([, v]) => v === raw)?.[0]
       return Option.some(invalid(param ?? "path", NUL_REASON))
     }
-    const query = nulInParams(url.search.slice(1))
-    if (query !== undefined) return Option.some(invalid(query, NUL_REASON))
+    if (request.url.includes("?")) {
+      const query = nulInParams(new URL(request.url, "http://mailroom.invalid").search.slice(1))
+      if (query !== undefined) return Option.some(invalid(query, NUL_REASON))
+    }
 
     if (!BODY_METHODS.has(method)) return Option.none()
+    const route = routeOf()
     const contentType = request.headers["content-type"]
     const json = isJsonMediaType(contentType)
     const form = isFormMediaType(contentType)
@@ -165,7 +170,7 @@ export const apiMiddleware = (routes: RouteTable) => <E, R>(app: HttpApp.Default
         if (isApiError(failure)) return yield* Effect.failCause(cause)
         if ((failure as { _tag?: string } | undefined)?._tag === "RouteNotFound") {
           const request = yield* HttpServerRequest.HttpServerRequest
-          const path = new URL(request.url, "http://mailroom.invalid").pathname
+          const path = pathOf(request.url)
           const allow = routes.allowed(path)
           if (allow.length > 0) return allowedResponse(request.method.toUpperCase(), path, allow)
           return HttpServerResponse.unsafeJson(

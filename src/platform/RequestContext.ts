@@ -13,3 +13,16 @@ export const RequestId = FiberRef.unsafeMake<string>("")
  * scope). `None`: not resolved here; `Some(None)`: presented but invalid.
  */
 export const ResolvedPrincipal = FiberRef.unsafeMake<Option.Option<Option.Option<Principal>>>(Option.none())
+
+/** A path that `new URL` would give back unchanged: no dot segments, escapes or other characters to normalize. */
+const PLAIN_PATH = /^\/(?!\/)[A-Za-z0-9_\-/]*$/
+
+/**
+ * The pathname of a request target, exactly as `new URL(url, base).pathname` gives it; the common
+ * plain path is taken as it is, without building a URL (every request needs it, several times).
+ */
+export const pathOf = (url: string): string => {
+  const q = url.indexOf("?")
+  const path = q < 0 ? url : url.slice(0, q)
+  return PLAIN_PATH.test(path) ? path : new URL(url, "http://mailroom.invalid").pathname
+}

@@ -9,7 +9,7 @@
  */
 import { HttpApp, HttpIncomingMessage, type HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { ResponseError } from "@effect/platform/HttpServerError"
-import { Cause, Effect, FiberRef, Option } from "effect"
+import { Cause, Effect, FiberRef, LogLevel, Option } from "effect"
 import type { BlockList } from "node:net"
 import { Conflict, envelopeOf, RateLimited, ServiceUnavailable, ValidationError } from "../contract/Errors.js"
 import type { Principal } from "../contract/Security.js"
@@ -19,7 +19,7 @@ import { clientAddress } from "./ClientAddress.js"
 import { internalErrorResponse } from "./ErrorMapping.js"
 import { bodyHash, type CreatesResource, Idempotency, type KeyRef, type StoredResponse } from "./Idempotency.js"
 import { type Decision, rateLimitHeaders } from "./RateLimiter.js"
-import { RequestId, ResolvedPrincipal } from "./RequestContext.js"
+import { pathOf, RequestId, ResolvedPrincipal } from "./RequestContext.js"
 import { randomToken } from "./Secrets.js"
 
 export const API_RATE_LIMIT = { limit: 120, windowSeconds: 60 } as const
@@ -133,18 +133,16 @@ export const requestPipeline = (
     const original = yield* HttpServerRequest.HttpServerRequest
     const requestId = `req_${randomToken(20)}`
     const started = Date.now()
-    const path = new URL(original.url, "http://mailroom.invalid").pathname
+    const path = pathOf(original.url)
     const method = original.method.toUpperCase()
     // Everything downstream (limiters, idempotency scope, handlers) sees the client's address.
     const client = clientAddress(Option.getOrUndefined(original.remoteAddress), original.headers, options.trustedProxies)
     const request = original.modify({ remoteAddress: client })
 
-    yield* HttpApp.appendPreResponseHandler((_req, res) =>
-      Effect.succeed(HttpServerResponse.setHeader(res, "x-request-id", requestId))
-    )
+    // `x-request-id` is set on the final response itself (below), whatever produced it.
     const counted = options.maxInflight > 0 && !isShedExempt(path)
     if (counted && inflight >= options.maxInflight) {
-      const final = yield* finalize(request, shed(options.maxInflight))
+      const final = withRequestId(yield* finalize(request, shed(options.maxInflight)), requestId)
       yield* Effect.logWarning(`${method} ${path} 503 shed`).pipe(
         Effect.annotateLogs({ request_id: requestId, inflight })
       )
@@ -214,10 +212,13 @@ export const requestPipeline = (
         if (counted) inflight--
       }))
     )
-    const final = yield* finalize(request, response)
-    yield* Effect.logInfo(`${method} ${path} ${final.status}`).pipe(
-      Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
-    )
+    const final = withRequestId(yield* finalize(request, response), requestId)
+    // The access line is built only when the logger's level lets it through.
+    if (LogLevel.greaterThanEqual(LogLevel.Info, yield* FiberRef.get(FiberRef.currentMinimumLogLevel))) {
+      yield* Effect.logInfo(`${method} ${path} ${final.status}`).pipe(
+        Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
+      )
+    }
     // A body over the limit is answered without being read to its end: the rest of it is still on
     // the connection, so the client must not send its next request there (found by the fuzz: the
     // next POST on a reused keep-alive socket failed).
@@ -237,6 +238,9 @@ const limited = (decision: Decision) =>
     429,
     rateLimitHeaders(decision, true)
   )
+
+const withRequestId = (response: HttpServerResponse.HttpServerResponse, requestId: string) =>
+  HttpServerResponse.setHeader(response, "x-request-id", requestId)
 
 /** Applies (and consumes) the pre-response hooks registered so far: the response as it will be sent. */
 const finalize = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>

@@ -1,7 +1,7 @@
 /** Handlers of the operational endpoints. */
 import { HttpApiBuilder, OpenApi } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Deferred, Effect, Exit, FiberId, Runtime } from "effect"
 import { MailroomApi } from "../Api.js"
 import { ServiceUnavailable } from "../contract/Errors.js"
 import { PREFIX } from "../platform/Secrets.js"
@@ -30,16 +30,39 @@ export const ServiceHttpLive = HttpApiBuilder.group(MailroomApi, "service", (han
     const config = yield* AppConfig
     const base = config.publicBaseUrl
     const operations = publicOperations()
+    const runtime = yield* Effect.runtime<never>()
+    const check = sql`SELECT 1 AS ok`.pipe(
+      Effect.timeoutFail({
+        duration: "2 seconds",
+        onTimeout: () => new ServiceUnavailable({ message: "database did not answer within 2 s" })
+      }),
+      Effect.catchTag("SqlError", () => new ServiceUnavailable({ message: "database unreachable" })),
+      Effect.asVoid
+    )
+    /**
+     * Probes arriving while a check is in flight share its answer: each one still reflects a query
+     * that was running when it arrived (bounded by the 2 s timeout), and a load balancer polling
+     * many times a second costs one round trip per check instead of one per probe. The check runs
+     * in a fiber of its own, so a probe whose client goes away never cancels it for the others.
+     */
+    let current: Deferred.Deferred<void, ServiceUnavailable> | undefined
+    const probe = Effect.suspend(() => {
+      if (current !== undefined) return Deferred.await(current)
+      const done = Deferred.unsafeMake<void, ServiceUnavailable>(FiberId.none)
+      current = done
+      const settle = (exit: Exit.Exit<void, ServiceUnavailable>) =>
+        Effect.suspend(() => {
+          if (current === done) current = undefined
+          return Deferred.done(done, exit)
+        })
+      Runtime.runFork(runtime)(
+        check.pipe(Effect.exit, Effect.flatMap(settle), Effect.onInterrupt(() => settle(Exit.interrupt(FiberId.none))))
+      )
+      return Deferred.await(done)
+    })
+    const healthy = { status: "ok" as const, database: "ok" as const, version: VERSION }
     return handlers
-      .handle("health", () =>
-        sql`SELECT 1 AS ok`.pipe(
-          Effect.timeoutFail({
-            duration: "2 seconds",
-            onTimeout: () => new ServiceUnavailable({ message: "database did not answer within 2 s" })
-          }),
-          Effect.catchTag("SqlError", () => new ServiceUnavailable({ message: "database unreachable" })),
-          Effect.as({ status: "ok" as const, database: "ok" as const, version: VERSION })
-        ))
+      .handle("health", () => Effect.as(probe, healthy))
       .handle("discovery", () =>
         Effect.succeed({
           name: "Mailroom",

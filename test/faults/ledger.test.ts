@@ -27,7 +27,7 @@ import { DispatcherLive } from "../../src/deliveries/Dispatcher.js"
 import { leaseMillis } from "../../src/deliveries/Queue.js"
 import { Provisioning } from "../../src/identity/Provisioning.js"
 import { parseDuration } from "../../src/platform/Config.js"
-import { DatabaseKind, migrate } from "../../src/platform/Database.js"
+import { DatabaseKind, migrate, PGLITE_EXTENSIONS } from "../../src/platform/Database.js"
 import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive } from "../../src/Server.js"
 import { freePort, testConfigLayer } from "../support/harness.js"
 import { fetchReply } from "../support/http.js"
@@ -237,7 +237,8 @@ describe("delivery ledger", () => {
       const receiver = await startReceiver(5)
       const dir = mkdtempSync(join(tmpdir(), "mailroom-ledger-"))
       try {
-        const db = await PGlite.create()
+        // The service's own extensions (pg_trgm for search), as the embedded database has them.
+        const db = await PGlite.create({ extensions: PGLITE_EXTENSIONS })
         await Effect.runPromise(Scope.addFinalizer(scope, Effect.promise(() => db.close()).pipe(Effect.ignore)))
         const socket = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 1 })
         await socket.start()

@@ -49,7 +49,7 @@ export const Policy = Schema.Struct({
     description: "most the organization pays per UTC day (USDC; settled and settling payments count), null: none"
   }),
   payee_allowlist: Schema.NullOr(Schema.Array(Schema.String)).annotations({
-    description: "payees that may be paid: organization ids and/or addresses (compared case-insensitively); null: any"
+    description: "payees that may be paid: organization ids and/or addresses (compared case-insensitively); null allows every payee"
   }),
   spent_today: Schema.String.annotations({ description: "paid (or being settled) in the current UTC day, USDC" }),
   day_resets_at: DateTimeString.annotations({ description: "the next UTC midnight, when `spent_today` starts again from 0" }),

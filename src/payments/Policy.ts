@@ -11,7 +11,7 @@ export interface SpendPolicy {
   readonly paused: boolean
   readonly perPaymentCap: bigint | null
   readonly dailyCap: bigint | null
-  /** Organization ids and lower-cased addresses; null: any payee. */
+  /** Organization ids and lower-cased addresses; null allows every payee. */
   readonly payeeAllowlist: ReadonlyArray<string> | null
 }
 

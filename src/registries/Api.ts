@@ -26,7 +26,7 @@ export const Handle = Schema.String.pipe(
 ).annotations({ description: "1-64 of [a-z0-9._-], unique in the registry" })
 
 export const PublishPolicy = Schema.Literal("owner_only", "request", "open").annotations({
-  description: "`owner_only`: only the owner publishes; `open`: any organization publishes at once; " +
+  description: "`owner_only`: only the owner publishes; `open`: every organization publishes at once; " +
     "`request`: other organizations' entries wait as `pending` until the owner approves or rejects them"
 })
 export type PublishPolicy = typeof PublishPolicy.Type

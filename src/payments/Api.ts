@@ -6,6 +6,7 @@ import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
 import { SentEmail } from "../sending/Api.js"
+import { addressProblemText, parseEvmAddress } from "./Address.js"
 
 export const MAX_ALLOWLIST = 100
 export const MIN_EXPIRES_IN = 30
@@ -23,7 +24,8 @@ export const Network = Schema.String.pipe(
 ).annotations({ description: "CAIP-2 network id, e.g. `eip155:84532` (Base Sepolia)" })
 
 export const EvmAddress = Schema.String.annotations({
-  description: "EVM address, EIP-55 checksummed (mixed case)"
+  description: "EVM address: 0x and 40 hex digits, all lowercase, all uppercase or EIP-55 mixed case (a mixed-case " +
+    "address with a wrong checksum is 400); stored and shown in EIP-55 form"
 })
 
 // --- payout addresses --------------------------------------------------------------------------
@@ -49,7 +51,8 @@ export const Policy = Schema.Struct({
     description: "most the organization pays per UTC day (USDC; settled and settling payments count), null: none"
   }),
   payee_allowlist: Schema.NullOr(Schema.Array(Schema.String)).annotations({
-    description: "payees that may be paid: organization ids and/or addresses (compared case-insensitively); null allows every payee"
+    description: "payees that may be paid: organization ids and/or addresses (addresses shown in EIP-55 form, compared " +
+      "case-insensitively); null allows every payee"
   }),
   spent_today: Schema.String.annotations({ description: "paid (or being settled) in the current UTC day, USDC" }),
   day_resets_at: DateTimeString.annotations({ description: "the next UTC midnight, when `spent_today` starts again from 0" }),
@@ -58,11 +61,14 @@ export const Policy = Schema.Struct({
 export type Policy = typeof Policy.Type
 
 const AllowlistEntry = Schema.String.pipe(
-  Schema.filter((s) =>
-    /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s) || /^0x[0-9a-fA-F]{40}$/.test(s) ||
-    "must be an organization id (UUID) or an EVM address",
+  Schema.filter((s) => {
+    if (/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s)) return true
+    if (!/^0x[0-9a-fA-F]{40}$/.test(s)) return "must be an organization id (UUID) or an EVM address"
+    const parsed = parseEvmAddress(s)
+    return parsed.ok || addressProblemText(parsed.problem)
+  },
     // Generated values (property tests) are drawn from the two forms: filtering random strings never ends.
-    { arbitrary: () => (fc) => fc.oneof(fc.uuid(), fc.stringMatching(/^0x[0-9a-fA-F]{40}$/)) }
+    { arbitrary: () => (fc) => fc.oneof(fc.uuid(), fc.stringMatching(/^0x[0-9a-f]{40}$/)) }
   )
 )
 
@@ -146,7 +152,7 @@ export const CreateChallenge = strict(Schema.Struct({
     { exact: true }
   ).annotations({ description: `seconds until the challenge expires (default ${DEFAULT_EXPIRES_IN})` }),
   payer_address: Schema.optionalWith(EvmAddress, { exact: true }).annotations({
-    description: "only this wallet may pay (checksummed address); otherwise any wallet"
+    description: "only this wallet may pay (an EVM address as for payout addresses); otherwise any wallet"
   }),
   deliver_to: Schema.optionalWith(
     Schema.String.pipe(
@@ -241,7 +247,7 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       .setPayload(SetPayoutAddress)
       .addSuccess(Ok(PayoutAddress, "PayoutAddress"))
       .addError(Wire.FeatureDisabled)
-      .annotate(OpenApi.Summary, "Set the payout wallet of a network (EIP-55 checksummed address; 400 otherwise)")
+      .annotate(OpenApi.Summary, "Set the payout wallet of a network (any case; a wrong mixed-case checksum is 400)")
   )
   .add(
     HttpApiEndpoint.get("getPolicy", "/payments/policy")
@@ -343,6 +349,7 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       .addError(Wire.OutboundResponseMalformed)
       .addError(Wire.OutboundKeyInvalid)
       .addError(Wire.PaymentDeclined)
+      .addError(Wire.PaymentVerificationFailed)
       .annotate(
         OpenApi.Summary,
         "Email rail, payer side: reply to a received challenge with a signed payment (`application/x402-payment+json` part)"

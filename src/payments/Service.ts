@@ -15,13 +15,14 @@
  */
 import { SqlClient } from "@effect/sql"
 import type { PaymentPayload, PaymentRequirements } from "@x402/core/types"
-import { Clock, Effect, Layer, Option } from "effect"
+import { Clock, Data, Effect, Layer, Option } from "effect"
 import { randomBytes } from "node:crypto"
-import { getAddress, isAddress, type Address, type Hex } from "viem"
+import type { Address } from "viem"
 import { NoPayoutAddress, NotFound, ValidationError } from "../contract/Errors.js"
 import { OrgEvents } from "../deliveries/OrgEvents.js"
 import { AppConfig } from "../platform/Config.js"
 import { uniqueViolation } from "../platform/SqlErrors.js"
+import { addressProblemText, parseEvmAddress } from "./Address.js"
 import type { SqlError } from "@effect/sql/SqlError"
 import { type CreateChallenge, DEFAULT_EXPIRES_IN, type Payment } from "./Api.js"
 import {
@@ -38,7 +39,7 @@ import { networkInfo } from "./Networks.js"
 import { evaluatePolicy, utcDay } from "./Policy.js"
 import { type ChallengeRow, paymentRequiredOf, type PaymentRow, PaymentsRepo, policyOf, toPayment } from "./Repo.js"
 import { SettleCaps } from "./SettleCaps.js"
-import { type Authorization, payloadValue, verifyPayment } from "./Verifier.js"
+import { type Authorization, payloadNonce, payloadValue, verifyPayment } from "./Verifier.js"
 
 /** How long a payer has, once it signed, to get the authorization settled (x402 `maxTimeoutSeconds`). */
 export const MAX_TIMEOUT_SECONDS = 300
@@ -46,9 +47,8 @@ export const MAX_TIMEOUT_SECONDS = 300
 const invalid = (field: string, reason: string) =>
   new ValidationError({ message: `${field}: ${reason}`, details: { issues: [{ field, reason }] } })
 
-/** A checksummed (EIP-55) address, as the API requires it. */
-export const checksummed = (value: string): Address | undefined =>
-  isAddress(value, { strict: true }) && getAddress(value) === value && !/^0x0{40}$/i.test(value) ? value as Address : undefined
+/** Inside the claiming transaction: the authorization's nonce is bound to another challenge (rolls the claim back). */
+class NonceTaken extends Data.TaggedError("NonceTaken") {}
 
 const CHALLENGE_COLUMNS = `id, org_id, amount::text AS amount, asset, network, pay_to, payer_address, description, nonce,
   max_timeout_seconds, expires_at, payment_id, paid_at, created_at, deliver_to, sent_email_id`
@@ -108,9 +108,9 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         if (amount <= 0n) return yield* invalid("amount", "must be greater than 0")
         let payer: Address | null = null
         if (body.payer_address !== undefined) {
-          const a = checksummed(body.payer_address)
-          if (a === undefined) return yield* invalid("payer_address", "must be a checksummed (EIP-55) EVM address")
-          payer = a
+          const parsed = parseEvmAddress(body.payer_address)
+          if (!parsed.ok) return yield* invalid("payer_address", addressProblemText(parsed.problem))
+          payer = parsed.address
         }
         const payTo = yield* repo.payoutAddress(orgId, network)
         if (Option.isNone(payTo)) {
@@ -229,6 +229,19 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
             paymentId: current?.payment_id ?? null
           } as Claim
         }
+        // The first pay of a challenge that gets this far binds the authorization's nonce to it; the
+        // same (network, asset, payer, nonce) bound to another challenge undoes the claim.
+        const bound = yield* sql<{ challenge_id: string }>`
+          INSERT INTO payment_nonces (network, asset, payer_address, nonce, challenge_id, created_at)
+          VALUES (${a.challenge.network}, ${a.challenge.asset.toLowerCase()}, ${auth.from.toLowerCase()}, ${auth.nonce},
+            ${a.challenge.id}, ${new Date(a.nowMs)})
+          ON CONFLICT (network, asset, payer_address, nonce) DO NOTHING RETURNING challenge_id`
+        if (bound.length === 0) {
+          const holder = yield* sql<{ challenge_id: string }>`
+            SELECT challenge_id FROM payment_nonces WHERE network = ${a.challenge.network}
+              AND asset = ${a.challenge.asset.toLowerCase()} AND payer_address = ${auth.from.toLowerCase()} AND nonce = ${auth.nonce}`
+          if (holder[0]?.challenge_id !== a.challenge.id) return yield* new NonceTaken()
+        }
         const rows = yield* sql.unsafe<PaymentRow>(
           `INSERT INTO payments (id, challenge_id, rail, payer_org_id, payee_org_id, status, amount, asset, network,
              payer_address, pay_to, nonce, spent_at, created_at)
@@ -240,7 +253,9 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
       }).pipe(
         sql.withTransaction,
         Effect.catchAll((e) =>
-          (e as { _tag?: string })._tag === "SqlError" && uniqueViolation(e as SqlError) !== undefined
+          e instanceof NonceTaken
+            ? Effect.succeed<Claim>({ _tag: "Refused", failure: unverified(["nonce_mismatch"]) })
+            : (e as { _tag?: string })._tag === "SqlError" && uniqueViolation(e as SqlError) !== undefined
             ? Effect.succeed<Claim>({
               _tag: "Conflict",
               message: "this signed authorization is already being settled or was settled",
@@ -278,6 +293,23 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         return { _tag: "Failed", payment: failed, failure } as const
       }).pipe(sql.withTransaction, Effect.orDie)
 
+    /**
+     * Whether the payload's (network, asset, payer, nonce) belongs to another challenge: bound there by
+     * an earlier pay, or that challenge's own suggested nonce (`extra.nonce`, reserved for it from its
+     * creation). The claim checks the binding again, atomically.
+     */
+    const boundElsewhere = (challenge: ChallengeRow, payload: unknown) =>
+      Effect.gen(function*() {
+        const n = payloadNonce(payload)
+        if (n === null) return false
+        const rows = yield* sql<{ taken: boolean }>`
+          SELECT EXISTS (
+              SELECT 1 FROM payment_nonces WHERE network = ${challenge.network} AND asset = ${challenge.asset.toLowerCase()}
+                AND payer_address = ${n.from.toLowerCase()} AND nonce = ${n.nonce} AND challenge_id <> ${challenge.id})
+            OR EXISTS (SELECT 1 FROM payment_challenges WHERE nonce = ${n.nonce} AND id <> ${challenge.id}) AS taken`
+        return rows[0]?.taken === true
+      }).pipe(Effect.orDie)
+
     /** The whole pipeline for one signed payload against one challenge. */
     const process = (challenge: ChallengeRow, rail: Rail, payload: unknown): Effect.Effect<PayResult> =>
       Effect.gen(function*() {
@@ -294,6 +326,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         if (refusal !== null) return yield* recordFailure(base, refusal)
 
         const info = networkInfo(challenge.network)!
+        const nonceBoundElsewhere = yield* boundElsewhere(challenge, payload)
         const verdict = yield* Effect.promise(() =>
           verifyPayment({
             network: challenge.network,
@@ -303,7 +336,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
             assetVersion: info.assetVersion,
             amount: atomicOf(challenge.amount),
             payTo: challenge.pay_to as Address,
-            nonce: challenge.nonce as Hex,
+            nonceBoundElsewhere,
             payerAddress: challenge.payer_address as Address | null
           }, payload, nowMs / 1000)
         )
@@ -333,10 +366,11 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
           : [yield* repo.policyRow(payerOrgId)]
         const day = utcDay(nowMs)
         const spentToday = yield* repo.spentBy(payerOrgId, day.start, day.end)
+        // Verification then requires the authorization to pay exactly this address.
         const reasons = evaluatePolicy(policyOf(rows[0]), {
           amount,
           spentToday,
-          payeeOrgId: challenge.org_id,
+          payeeOrgIds: [challenge.org_id],
           payTo: challenge.pay_to
         })
         return reasons.length === 0 ? null : declined(reasons)

@@ -249,8 +249,9 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments with stand
         const payee = yield* newPayee
         const payer = yield* newPayer(5_000_000n)
         const c = yield* challenge(payee, "1")
-        const good = yield* referencePayload(payer.key, c)
-        const signature = (good.payload as { signature: Hex }).signature
+        // Signed as the CLI signs (the challenge's own nonce), so nothing but the signature's form is at stake.
+        const good = yield* Effect.promise(() => signPayment(payer.key, c.payment_required.accepts[0]!, Date.now() / 1000))
+        const signature = good.payload.signature as Hex
         const twin = { ...good, payload: { ...good.payload, signature: highS(signature) } }
         expectVerification(yield* pay(payer, c.id, twin), ["signature_unrecoverable"])
         expect(yield* Effect.promise(() => chain.balanceOf(payer.address))).toBe(5_000_000n)

@@ -108,6 +108,11 @@ interface Mailed {
   readonly payment_required: { x402Version: 2; resource: unknown; accepts: Array<Requirements & { extra: { challengeId: string } }> }
 }
 
+/** A PaymentRequired as a forger edits it. */
+interface Forgeable {
+  readonly accepts: Array<{ payTo: string; extra: { challengeId?: string } }>
+}
+
 /** The payee mails a real challenge to the payer; it arrives in the payer's inbox. */
 const mailChallenge = (payee: Org, payer: Org, amount: string, description: string) =>
   Effect.gen(function*() {
@@ -167,7 +172,7 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("the email rail's pa
         const real = yield* call("POST", "/v1/payments/challenges", { token: payee.token, body: { amount: "2", description: "real" } })
         expect(real.status, real.text).toBe(201)
         const attacker = addressOf(generatePrivateKey())
-        const required = structuredClone(real.body.data.payment_required) as Mailed["payment_required"]
+        const required = structuredClone(real.body.data.payment_required) as Forgeable
         required.accepts[0]!.payTo = attacker
         const emailId = yield* forged(payer, required)
         const { r } = yield* payByEmail(payer, emailId)
@@ -176,7 +181,7 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("the email rail's pa
         expect(yield* relayedTo("billing@mallory.test")).toEqual([])
         expect(yield* spentToday(payer)).toBe("0")
         // The same mail without the challenge id: declined the same way.
-        delete (required.accepts[0]!.extra as { challengeId?: string }).challengeId
+        delete required.accepts[0]!.extra.challengeId
         const plain = yield* forged(payer, required)
         expectRefused((yield* payByEmail(payer, plain)).r, "payment_declined", ["allowlist"])
         expect(yield* relayedTo("billing@mallory.test")).toEqual([])
@@ -188,7 +193,7 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("the email rail's pa
         const payer = yield* newPayer
         const real = yield* call("POST", "/v1/payments/challenges", { token: payee.token, body: { amount: "2", description: "real, open" } })
         const attacker = addressOf(generatePrivateKey())
-        const required = structuredClone(real.body.data.payment_required) as Mailed["payment_required"]
+        const required = structuredClone(real.body.data.payment_required) as Forgeable
         required.accepts[0]!.payTo = attacker
         const emailId = yield* forged(payer, required)
         const { r } = yield* payByEmail(payer, emailId)
@@ -210,11 +215,11 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("the email rail's pa
         yield* setPolicy(payer, { payee_allowlist: [other.orgId] })
         // A real challenge of `payee` (not allowlisted), re-addressed to `other`'s payout wallet.
         const real = yield* call("POST", "/v1/payments/challenges", { token: payee.token, body: { amount: "1", description: "owner" } })
-        const required = structuredClone(real.body.data.payment_required) as Mailed["payment_required"]
+        const required = structuredClone(real.body.data.payment_required) as Forgeable
         required.accepts[0]!.payTo = other.wallet
         expectRefused((yield* payByEmail(payer, yield* forged(payer, required))).r, "payment_verification_failed", ["payto_mismatch"])
         // A mail naming no challenge, paying `other`'s wallet: `other` owns it and is allowlisted.
-        delete (required.accepts[0]!.extra as { challengeId?: string }).challengeId
+        delete required.accepts[0]!.extra.challengeId
         const ok = yield* payByEmail(payer, yield* forged(payer, required))
         expect(ok.r.status, ok.r.text).toBe(201)
         // `payee`'s own wallet is not allowlisted, whatever the mail says.

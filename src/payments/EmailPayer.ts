@@ -29,7 +29,8 @@ import { declined, unverified } from "./Failures.js"
 import { atomicOf } from "./Money.js"
 import { networkInfo } from "./Networks.js"
 import { evaluatePolicy, utcDay } from "./Policy.js"
-import { type PaymentsRepo, type PolicyRow, policyOf } from "./Repo.js"
+import { lockedPolicy } from "./Rails.js"
+import { type PaymentsRepo, policyOf } from "./Repo.js"
 import type { PaymentsService } from "./Service.js"
 import { readAuthorization } from "./Verifier.js"
 
@@ -119,10 +120,7 @@ export const makeEmailPayer = (deps: {
 
       return yield* Effect.gen(function*() {
         const nowMs = yield* Clock.currentTimeMillis
-        yield* sql`INSERT INTO payment_policies (org_id) VALUES (${orgId}) ON CONFLICT (org_id) DO NOTHING`
-        const policy = yield* sql<PolicyRow>`
-          SELECT paused, per_payment_cap::text, daily_cap::text, payee_allowlist, updated_at
-          FROM payment_policies WHERE org_id = ${orgId} FOR UPDATE`
+        const policy = yield* lockedPolicy(sql, orgId)
         const day = utcDay(nowMs)
         const earlier = yield* sql<{ amount: string; spent_at: Date }>`
           SELECT amount::text AS amount, spent_at FROM payment_email_spends
@@ -132,7 +130,7 @@ export const makeEmailPayer = (deps: {
         // The same authorization mailed again commits nothing more.
         const again = earlier[0]
         if (again !== undefined && again.spent_at >= day.start && again.spent_at < day.end) spentToday -= atomicOf(again.amount)
-        const reasons = evaluatePolicy(policyOf(policy[0]), { amount: auth.value, spentToday, payeeOrgIds, payTo: auth.to })
+        const reasons = evaluatePolicy(policyOf(policy), { amount: auth.value, spentToday, payeeOrgIds, payTo: auth.to })
         if (reasons.length > 0) return yield* refusal("declined", reasons, shownId)
         if (named.length > paysNamed.length) return yield* refusal("verification", ["payto_mismatch"], shownId)
         if (again !== undefined) return null

@@ -138,6 +138,31 @@ export const toPayment = (p: PaymentRow, callerOrgId: string): Payment => ({
   created_at: p.created_at
 })
 
+/** The `payment` object of `payment.settled` and `payment.failed`, as one side (`direction`) sees it. */
+export const paymentEventData = (p: PaymentRow, direction: "in" | "out") => ({
+  payment: {
+    id: p.id,
+    challenge_id: p.challenge_id,
+    direction,
+    rail: p.rail,
+    status: p.status,
+    amount: fromAtomic(atomicOf(p.amount)),
+    asset: p.asset,
+    network: p.network,
+    payer_address: p.payer_address,
+    pay_to: p.pay_to,
+    ...(p.status === "settled" ? { transaction: p.transaction, settled_at: p.settled_at?.toISOString() ?? null } : {}),
+    ...(p.status === "failed"
+      ? {
+        failure_category: p.failure_category,
+        reasons: p.failure_reasons ?? [],
+        code: p.failure_code,
+        message: p.failure_message
+      }
+      : {})
+  }
+})
+
 export const toPayoutAddress = (r: PayoutAddress): PayoutAddress => r
 
 /**

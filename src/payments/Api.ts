@@ -102,7 +102,9 @@ export const PaymentRequirements = Schema.Struct({
     version: Schema.String.annotations({ description: "EIP-712 domain version of the asset" }),
     chainId: Schema.Int,
     nonce: Schema.String.annotations({
-      description: "the bytes32 EIP-3009 nonce the authorization must carry: it binds the signature to this challenge"
+      description: "a suggested bytes32 EIP-3009 nonce, reserved for this challenge; any other bytes32 nonce is accepted too " +
+        "(x402 payers pick their own). The first pay of a challenge binds its (network, asset, payer, nonce) to it: " +
+        "presented for another challenge, it is `nonce_mismatch`"
     }),
     challengeId: Schema.String
   })
@@ -315,7 +317,9 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
         "Checks in order: the challenge's expiry (422 `challenge_expired`), the payer's spend policy (422 " +
           "`payment_declined`: paused, per_payment_cap, daily_cap, allowlist, spend_non_positive_amount; the challenge " +
           "stays pending), verification of the signed authorization against the challenge (422 " +
-          "`payment_verification_failed`, every failing subreason listed), settlement on chain through the facilitator " +
+          "`payment_verification_failed`, every failing subreason listed; any bytes32 nonce not bound to another challenge, " +
+          "a window of at most 86,400 s counted from max(validAfter, now), a canonical low-s signature), settlement on " +
+          "chain through the facilitator " +
           "(502 `settlement_failed`: insufficient_funds, facilitator_unavailable, settlement_misconfigured, " +
           "settlement_failed; the last two kinds of transient failure carry `Retry-After`). A challenge is paid at " +
           "most once: a pay while another is settling, or after it was paid, is 409 `conflict`. " + failures
@@ -356,10 +360,15 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       )
       .annotate(
         OpenApi.Description,
-        "The payload is signed by the payer (the CLI signs locally). The payer's spend policy judges what it would move " +
-          "first (422 `payment_declined`: paused, per_payment_cap, daily_cap, allowlist, spend_non_positive_amount; " +
-          "nothing is mailed); the signature is not verified here. The payee's service " +
-          "settles it on receipt and answers by mail with a receipt or a reject (`application/x402-payment-response+json`)."
+        "The payload is signed by the payer (the CLI signs locally). What the email claims decides nothing; what the " +
+          "authorization does decides: an authorization that cannot be read is 422 `payment_verification_failed` " +
+          "(malformed_payload, invalid_from_address, invalid_to_address); the payer's spend policy judges its value, the " +
+          "address it pays and the organizations that own that address (422 `payment_declined`: paused, per_payment_cap, " +
+          "daily_cap, allowlist, spend_non_positive_amount); a challenge of this service named by the email or the payload " +
+          "must be paid to its own `pay_to` (422 `payment_verification_failed`, payto_mismatch). Nothing is mailed on a " +
+          "refusal. The mailed authorization counts on the daily cap (once, however often it is mailed). The signature is " +
+          "verified by the payee's service, which settles it on receipt and answers by mail with a receipt or a reject " +
+          "(`application/x402-payment-response+json`)."
       )
   )
   .add(

@@ -53,6 +53,7 @@ import { PaymentsHttpLive } from "./payments/Http.js"
 import { DemoHttpLive } from "./demo/Http.js"
 import { PaymentsLive } from "./payments/Service.js"
 import { EmailRail, EmailRailHookLive, EmailRailWorkerLive, type EmailRailWorkerOptions } from "./payments/EmailRail.js"
+import { SettlementReconcilerLive } from "./payments/Reconciler.js"
 import { Mailer } from "./mail/Mailer.js"
 import { SendingHttpLive } from "./sending/Http.js"
 import { OutboundRelay } from "./sending/Relay.js"
@@ -201,6 +202,8 @@ const AreaWorkers = [
   EmbeddingBacklogLive(),
   SendTimersLive(),
   PaymentEmailWorkersLive(),
+  // Payments a stopped process left settling, ended from what the chain says.
+  SettlementReconcilerLive(),
   ProcessStatsLive
 ] as const
 

@@ -135,12 +135,12 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("spend policy and se
           paused: false,
           per_payment_cap: "2.5",
           daily_cap: "100",
-          payee_allowlist: ["0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed"]
+          payee_allowlist: ["0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed"]
         })
         // A field left out keeps its value.
         expect(yield* setPolicy(org, { paused: true })).toMatchObject({ paused: true, per_payment_cap: "2.5", daily_cap: "100" })
         for (const body of [{}, { per_payment_cap: 2.5 }, { daily_cap: "1.0000001" }, { daily_cap: "-1" }, { paused: "yes" },
-          { payee_allowlist: ["acme"] }, { payee_allowlist: Array.from({ length: 101 }, () => "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed") },
+          { payee_allowlist: ["acme"] }, { payee_allowlist: ["0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD"] }, { payee_allowlist: Array.from({ length: 101 }, () => "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed") },
           { limit: 1 }]) {
           const r = yield* call("PATCH", "/v1/payments/policy", { token: org.token, body })
           expect(r.status, `${JSON.stringify(body)}: ${r.text}`).toBe(400)
@@ -389,10 +389,13 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("spend policy and se
         }
         yield* Effect.gen(function*() {
           const wallet = addressOf(generatePrivateKey())
-          const bad = yield* cli(payee, "payments", "payout", "set", "eip155:84532", wallet.toLowerCase())
+          const bad = yield* cli(payee, "payments", "payout", "set", "eip155:84532", "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD")
           expect(bad.code).not.toBe(0)
           expect(bad.stderr).toContain("validation_error")
-          expect(json(yield* cli(payee, "payments", "payout", "set", "eip155:84532", wallet, "--json"))).toMatchObject({ address: wallet })
+          expect(bad.stderr).toContain("checksum")
+          // All lowercase is an address too; it is shown in EIP-55 form.
+          expect(json(yield* cli(payee, "payments", "payout", "set", "eip155:84532", wallet.toLowerCase(), "--json")))
+            .toMatchObject({ address: wallet })
           const created = json(yield* cli(payee, "payments", "challenges", "create", "--amount", "1.25", "--description", "cli", "--json"))
           expect(created).toMatchObject({ amount: "1.25", status: "pending", pay_to: wallet })
           const human = yield* cli(payee, "payments", "challenges", "list")

@@ -18,7 +18,6 @@ import { call, fetchReply } from "./support/http.js"
 import {
   addressOf,
   grantPayments,
-  randomNonce,
   type Requirements,
   serviceWith,
   signPayment,
@@ -154,14 +153,14 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments on a real 
         expect((yield* call("GET", "/v1/payments", { token: org.token })).status).toBe(200)
       }))
 
-    it.effect("payout addresses must be EIP-55 checksummed, on an offered network; a challenge needs one", () =>
+    it.effect("payout addresses must be valid EVM addresses (a mixed-case one with its EIP-55 checksum), on an offered network; a challenge needs one", () =>
       Effect.gen(function*() {
         const org = yield* newOrg()
         const good = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed"
         const noPayout = yield* call("POST", "/v1/payments/challenges", { token: org.token, body: { amount: "1" } })
         expect(noPayout.status, noPayout.text).toBe(422)
         expect(noPayout.body.error).toMatchObject({ code: "no_payout_address", details: { network: "eip155:84532" } })
-        for (const bad of [good.toLowerCase(), "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD", "0x1234", "not an address",
+        for (const bad of ["0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD", "0x1234", "not an address",
           "0x0000000000000000000000000000000000000000"]) {
           const r = yield* call("PUT", "/v1/payments/payout-addresses/eip155:84532", { token: org.token, body: { address: bad } })
           expect(r.status, `${bad}: ${r.text}`).toBe(400)
@@ -279,6 +278,8 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments on a real 
         const stranger = yield* Effect.promise(() => chain.newAccount())
         const c = yield* challenge(payee, "1")
         const req = c.payment_required.accepts[0]!
+        // Another challenge's suggested nonce is bound to it: presented here, it is nonce_mismatch.
+        const taken = (yield* challenge(payee, "1", { description: "another" })).payment_required.accepts[0]!.extra.nonce
         const now = Math.floor(nowSeconds())
         const sign = (o: Parameters<typeof signPayment>[3]) => Effect.promise(() => signPayment(payer.key, req, now, o))
         const good = yield* sign({})
@@ -291,7 +292,7 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments on a real 
           ["payto_mismatch", yield* sign({ to: stranger.address }), ["payto_mismatch"]],
           ["self_send", yield* sign({ to: payer.address }), ["payto_mismatch", "self_send"]],
           ["amount_mismatch", yield* sign({ value: "999999" }), ["amount_mismatch"]],
-          ["nonce_mismatch", yield* sign({ nonce: randomNonce() }), ["nonce_mismatch"]],
+          ["nonce_mismatch", yield* sign({ nonce: taken }), ["nonce_mismatch"]],
           ["degenerate_window", yield* sign({ validAfter: String(now - 10), validBefore: String(now - 10) }), ["degenerate_window", "insufficient_headroom"]],
           ["window_too_wide", yield* sign({ validAfter: String(now - 600), validBefore: String(now + 90_000) }), ["window_too_wide"]],
           ["insufficient_headroom", yield* sign({ validBefore: String(now + 10) }), ["insufficient_headroom"]],
@@ -301,7 +302,7 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments on a real 
           ["malformed: x402Version 1", { ...good, x402Version: 1 }, ["malformed_payload"]],
           ["malformed: no authorization", { ...good, payload: { signature: good.payload.signature } }, ["malformed_payload"]],
           ["malformed: value not an integer", { ...good, payload: { ...good.payload, authorization: { ...good.payload.authorization, value: "1.5" } } }, ["malformed_payload"]],
-          ["several at once", yield* sign({ to: stranger.address, value: "5", nonce: randomNonce(), validBefore: String(now + 5) }),
+          ["several at once", yield* sign({ to: stranger.address, value: "5", nonce: taken, validBefore: String(now + 5) }),
             ["payto_mismatch", "amount_mismatch", "nonce_mismatch", "insufficient_headroom"]]
         ]
         for (const [what, payload, reasons] of cases) {
@@ -491,7 +492,8 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments on a real 
         const payeeSecret = yield* endpointFor(payee, "/ok/payee-failed-events")
         const c = yield* challenge(payee, "1")
         const req = c.payment_required.accepts[0]!
-        const bad = yield* Effect.promise(() => signPayment(payer.key, req, nowSeconds(), { value: "2", nonce: randomNonce() }))
+        const taken = (yield* challenge(payee, "1", { description: "another" })).payment_required.accepts[0]!.extra.nonce
+        const bad = yield* Effect.promise(() => signPayment(payer.key, req, nowSeconds(), { value: "2", nonce: taken }))
         const r = yield* pay(payer, c.id, bad)
         expect(r.status).toBe(422)
         const poor = yield* Effect.promise(() => signPayment(payer.key, req, nowSeconds()))

@@ -444,9 +444,9 @@ export const paymentsPayoutSet = leaf({
   flags: {},
   args: {
     network: textArg("network", "CAIP-2 network id, e.g. eip155:84532"),
-    address: textArg("address", "EIP-55 checksummed EVM address")
+    address: textArg("address", "EVM address, any case (mixed case must be a valid EIP-55 checksum); shown in EIP-55 form")
   },
-  examples: ["mailroom payments payout set eip155:84532 <checksummed-address>"]
+  examples: ["mailroom payments payout set eip155:84532 <address>"]
 })
 
 export const paymentsPayoutList = leaf({

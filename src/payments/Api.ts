@@ -6,6 +6,7 @@ import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
 import { SentEmail } from "../sending/Api.js"
+import { addressProblemText, parseEvmAddress } from "./Address.js"
 
 export const MAX_ALLOWLIST = 100
 export const MIN_EXPIRES_IN = 30
@@ -23,7 +24,8 @@ export const Network = Schema.String.pipe(
 ).annotations({ description: "CAIP-2 network id, e.g. `eip155:84532` (Base Sepolia)" })
 
 export const EvmAddress = Schema.String.annotations({
-  description: "EVM address, EIP-55 checksummed (mixed case)"
+  description: "EVM address: 0x and 40 hex digits, all lowercase, all uppercase or EIP-55 mixed case (a mixed-case " +
+    "address with a wrong checksum is 400); stored and shown in EIP-55 form"
 })
 
 // --- payout addresses --------------------------------------------------------------------------
@@ -49,7 +51,8 @@ export const Policy = Schema.Struct({
     description: "most the organization pays per UTC day (USDC; settled and settling payments count), null: none"
   }),
   payee_allowlist: Schema.NullOr(Schema.Array(Schema.String)).annotations({
-    description: "payees that may be paid: organization ids and/or addresses (compared case-insensitively); null allows every payee"
+    description: "payees that may be paid: organization ids and/or addresses (addresses shown in EIP-55 form, compared " +
+      "case-insensitively); null allows every payee"
   }),
   spent_today: Schema.String.annotations({ description: "paid (or being settled) in the current UTC day, USDC" }),
   day_resets_at: DateTimeString.annotations({ description: "the next UTC midnight, when `spent_today` starts again from 0" }),
@@ -58,11 +61,14 @@ export const Policy = Schema.Struct({
 export type Policy = typeof Policy.Type
 
 const AllowlistEntry = Schema.String.pipe(
-  Schema.filter((s) =>
-    /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s) || /^0x[0-9a-fA-F]{40}$/.test(s) ||
-    "must be an organization id (UUID) or an EVM address",
+  Schema.filter((s) => {
+    if (/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s)) return true
+    if (!/^0x[0-9a-fA-F]{40}$/.test(s)) return "must be an organization id (UUID) or an EVM address"
+    const parsed = parseEvmAddress(s)
+    return parsed.ok || addressProblemText(parsed.problem)
+  },
     // Generated values (property tests) are drawn from the two forms: filtering random strings never ends.
-    { arbitrary: () => (fc) => fc.oneof(fc.uuid(), fc.stringMatching(/^0x[0-9a-fA-F]{40}$/)) }
+    { arbitrary: () => (fc) => fc.oneof(fc.uuid(), fc.stringMatching(/^0x[0-9a-f]{40}$/)) }
   )
 )
 
@@ -96,7 +102,9 @@ export const PaymentRequirements = Schema.Struct({
     version: Schema.String.annotations({ description: "EIP-712 domain version of the asset" }),
     chainId: Schema.Int,
     nonce: Schema.String.annotations({
-      description: "the bytes32 EIP-3009 nonce the authorization must carry: it binds the signature to this challenge"
+      description: "a suggested bytes32 EIP-3009 nonce, reserved for this challenge; any other bytes32 nonce is accepted too " +
+        "(x402 payers pick their own). The first pay of a challenge binds its (network, asset, payer, nonce) to it: " +
+        "presented for another challenge, it is `nonce_mismatch`"
     }),
     challengeId: Schema.String
   })
@@ -146,7 +154,7 @@ export const CreateChallenge = strict(Schema.Struct({
     { exact: true }
   ).annotations({ description: `seconds until the challenge expires (default ${DEFAULT_EXPIRES_IN})` }),
   payer_address: Schema.optionalWith(EvmAddress, { exact: true }).annotations({
-    description: "only this wallet may pay (checksummed address); otherwise any wallet"
+    description: "only this wallet may pay (an EVM address as for payout addresses); otherwise any wallet"
   }),
   deliver_to: Schema.optionalWith(
     Schema.String.pipe(
@@ -241,7 +249,7 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       .setPayload(SetPayoutAddress)
       .addSuccess(Ok(PayoutAddress, "PayoutAddress"))
       .addError(Wire.FeatureDisabled)
-      .annotate(OpenApi.Summary, "Set the payout wallet of a network (EIP-55 checksummed address; 400 otherwise)")
+      .annotate(OpenApi.Summary, "Set the payout wallet of a network (any case; a wrong mixed-case checksum is 400)")
   )
   .add(
     HttpApiEndpoint.get("getPolicy", "/payments/policy")
@@ -309,7 +317,9 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
         "Checks in order: the challenge's expiry (422 `challenge_expired`), the payer's spend policy (422 " +
           "`payment_declined`: paused, per_payment_cap, daily_cap, allowlist, spend_non_positive_amount; the challenge " +
           "stays pending), verification of the signed authorization against the challenge (422 " +
-          "`payment_verification_failed`, every failing subreason listed), settlement on chain through the facilitator " +
+          "`payment_verification_failed`, every failing subreason listed; any bytes32 nonce not bound to another challenge, " +
+          "a window of at most 86,400 s counted from max(validAfter, now), a canonical low-s signature), settlement on " +
+          "chain through the facilitator " +
           "(502 `settlement_failed`: insufficient_funds, facilitator_unavailable, settlement_misconfigured, " +
           "settlement_failed; the last two kinds of transient failure carry `Retry-After`). A challenge is paid at " +
           "most once: a pay while another is settling, or after it was paid, is 409 `conflict`. " + failures
@@ -343,16 +353,22 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       .addError(Wire.OutboundResponseMalformed)
       .addError(Wire.OutboundKeyInvalid)
       .addError(Wire.PaymentDeclined)
+      .addError(Wire.PaymentVerificationFailed)
       .annotate(
         OpenApi.Summary,
         "Email rail, payer side: reply to a received challenge with a signed payment (`application/x402-payment+json` part)"
       )
       .annotate(
         OpenApi.Description,
-        "The payload is signed by the payer (the CLI signs locally). The payer's spend policy judges what it would move " +
-          "first (422 `payment_declined`: paused, per_payment_cap, daily_cap, allowlist, spend_non_positive_amount; " +
-          "nothing is mailed); the signature is not verified here. The payee's service " +
-          "settles it on receipt and answers by mail with a receipt or a reject (`application/x402-payment-response+json`)."
+        "The payload is signed by the payer (the CLI signs locally). What the email claims decides nothing; what the " +
+          "authorization does decides: an authorization that cannot be read is 422 `payment_verification_failed` " +
+          "(malformed_payload, invalid_from_address, invalid_to_address); the payer's spend policy judges its value, the " +
+          "address it pays and the organizations that own that address (422 `payment_declined`: paused, per_payment_cap, " +
+          "daily_cap, allowlist, spend_non_positive_amount); a challenge of this service named by the email or the payload " +
+          "must be paid to its own `pay_to` (422 `payment_verification_failed`, payto_mismatch). Nothing is mailed on a " +
+          "refusal. The mailed authorization counts on the daily cap (once, however often it is mailed). The signature is " +
+          "verified by the payee's service, which settles it on receipt and answers by mail with a receipt or a reject " +
+          "(`application/x402-payment-response+json`)."
       )
   )
   .add(

@@ -17,37 +17,25 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Layer, Option } from "effect"
-import { simpleParser } from "mailparser"
-import { NotFound, PaymentDeclined, ValidationError } from "../contract/Errors.js"
+import { ValidationError } from "../contract/Errors.js"
 import { MoreOnEmailStored, type EmailStoredHook } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
 import { randomToken } from "../platform/Secrets.js"
 import { sendableAddresses } from "../registries/Senders.js"
 import { replyInput } from "../sending/Replies.js"
 import { Sender, type SendInput } from "../sending/Sender.js"
-import type { PaymentRequired } from "./Api.js"
+import { json64, makeEmailPayer, parseJson, partOf, PAYMENT_REQUIRED_TYPE, PAYMENT_TYPE } from "./EmailPayer.js"
 import { fromAtomic, atomicOf } from "./Money.js"
-import { declined } from "./Failures.js"
-import { evaluatePolicy, utcDay } from "./Policy.js"
-import { type ChallengeRow, paymentRequiredOf, type PaymentRow, PaymentsRepo, policyOf } from "./Repo.js"
-import { payloadValue } from "./Verifier.js"
+import { type ChallengeRow, paymentRequiredOf, type PaymentRow, PaymentsRepo } from "./Repo.js"
 import { type PayResult, PaymentsService } from "./Service.js"
 
-export const PAYMENT_REQUIRED_TYPE = "application/x402-payment-required+json"
-export const PAYMENT_TYPE = "application/x402-payment+json"
+export { PAYMENT_REQUIRED_TYPE, PAYMENT_TYPE, partOf }
 export const PAYMENT_RESPONSE_TYPE = "application/x402-payment-response+json"
 /** Names the challenge a mailed PaymentRequired is for, and the status of a receipt or reject. */
 export const CHALLENGE_HEADER = "X-Mailroom-Payment-Challenge"
 export const STATUS_HEADER = "X-Mailroom-Payment-Status"
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-
-/** The JSON text of the first part of `type` in a raw message, or null. */
-export const partOf = async (raw: Uint8Array, type: string): Promise<string | null> => {
-  const mail = await simpleParser(Buffer.from(raw), { skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true })
-  const part = mail.attachments.find((a) => a.contentType.toLowerCase() === type)
-  return part === undefined ? null : part.content.toString("utf8")
-}
 
 const hasPart = (types: ReadonlyArray<string>, type: string) => types.some((t) => t.toLowerCase() === type)
 
@@ -134,8 +122,6 @@ const answerText = (a: Answer) =>
       `Challenge: ${a.challenge_id}\n${a.payment_id !== null ? `Payment: ${a.payment_id}\n` : ""}` +
       (a.retryable ? "The same signed payment may be sent again.\n" : "")
 
-const json64 = (value: unknown) => Buffer.from(JSON.stringify(value, null, 2), "utf8").toString("base64")
-
 interface JobRow {
   readonly email_id: string
   readonly org_id: string
@@ -152,7 +138,10 @@ export interface EmailRailWorkerOptions {
   readonly concurrency?: number
 }
 
-/** Attempts of a job whose answer cannot be mailed (or whose challenge is being settled) before it stops. */
+/**
+ * Attempts of a job before it stops retrying: an answer that cannot be mailed, a challenge being
+ * settled by another payment, or a transient settlement failure.
+ */
 const MAX_ATTEMPTS = 6
 const retryDelayMs = (attempt: number) => Math.min(60_000, 1000 * 2 ** attempt)
 
@@ -207,76 +196,8 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
         return sent
       })
 
-    /** The PaymentRequired a received email of the organization carries. */
-    const challengeOfEmail = (orgId: string, emailId: string) =>
-      Effect.gen(function*() {
-        const rows = yield* sql<{ raw: Uint8Array | null }>`
-          SELECT c.raw FROM emails e JOIN email_contents c ON c.email_id = e.id
-          WHERE e.id = ${emailId} AND e.org_id = ${orgId}`.pipe(Effect.orDie)
-        const raw = rows[0]?.raw
-        if (raw === undefined || raw === null) return yield* new NotFound({ message: `no email ${emailId}` })
-        const text = yield* Effect.promise(() => partOf(raw, PAYMENT_REQUIRED_TYPE).catch(() => null))
-        const parsed = text === null ? null : parseJson(text)
-        const required = parsed as PaymentRequired | null
-        if (
-          required === null || typeof required !== "object" || !Array.isArray(required.accepts) ||
-          typeof required.accepts[0] !== "object" || required.accepts[0] === null
-        ) {
-          return yield* new NotFound({ message: `email ${emailId} carries no ${PAYMENT_REQUIRED_TYPE} part with a payment requirement` })
-        }
-        return required
-      })
-
-    /**
-     * The payer's spend policy over what the payload would move, before anything is mailed: the
-     * kill-switch, the per-payment cap, the allowlist (the payee's organization when the challenge is
-     * one of this service's, else its payout address) and the daily cap over the day's HTTP payments.
-     */
-    const payerPolicy = (orgId: string, required: PaymentRequired, payload: unknown) =>
-      Effect.gen(function*() {
-        const req = required.accepts[0]!
-        const named = req.extra?.challengeId
-        const auth = (payload as { payload?: { authorization?: { to?: unknown } } } | null)?.payload?.authorization
-        const amount = payloadValue(payload) ?? (/^\d{1,78}$/.test(String(req.amount)) ? BigInt(String(req.amount)) : 0n)
-        const payee = typeof named === "string" && UUID.test(named)
-          ? Option.getOrUndefined(yield* payments.challengeById(named))
-          : undefined
-        const nowMs = yield* Clock.currentTimeMillis
-        const day = utcDay(nowMs)
-        const reasons = evaluatePolicy(policyOf(yield* repo.policyRow(orgId)), {
-          amount,
-          spentToday: yield* repo.spentBy(orgId, day.start, day.end),
-          payeeOrgId: payee?.org_id ?? "",
-          payTo: typeof auth?.to === "string" ? auth.to : String(req.payTo)
-        })
-        if (reasons.length === 0) return
-        const failure = declined(reasons)
-        return yield* new PaymentDeclined({
-          message: failure.message,
-          details: {
-            failure_category: failure.category,
-            reasons,
-            retryable: false,
-            payment_id: null,
-            challenge_id: typeof named === "string" ? named : null
-          }
-        })
-      })
-
-    /** Replies to a received challenge with the signed payment as an `application/x402-payment+json` part. */
-    const payByEmail = (orgId: string, emailId: string, payload: unknown) =>
-      Effect.gen(function*() {
-        const required = yield* challengeOfEmail(orgId, emailId)
-        yield* payerPolicy(orgId, required, payload)
-        const challengeId = required.accepts[0]?.extra?.challengeId
-        const base = yield* replyInput(orgId, emailId, {
-          text: `Signed x402 payment attached (${PAYMENT_TYPE})${typeof challengeId === "string" ? ` for challenge ${challengeId}` : ""}.\n`
-        }).pipe(provideSql)
-        return yield* sender.submit(orgId, {
-          ...base,
-          attachments: [{ filename: "payment.json", content_type: PAYMENT_TYPE, content_base64: json64(payload) }]
-        })
-      })
+    // The payer side (reading a mailed challenge, paying it by reply) judges what is paid, not what the mail says.
+    const { challengeOfEmail, payByEmail } = makeEmailPayer({ sql, payments, repo, sender })
 
     // --- ingestion -----------------------------------------------------------------------------
 
@@ -375,6 +296,11 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
           if (result._tag === "Conflict" && /being settled/.test(result.message) && job.attempts < MAX_ATTEMPTS) {
             return yield* later(job, token, result.message, nowMs)
           }
+          // A transient settlement failure (facilitator unavailable, a generic failure) is the service's to
+          // retry: the payer already did its part, and the same signed payload can settle later.
+          if (result._tag === "Failed" && result.failure.retryAfter !== null && job.attempts < MAX_ATTEMPTS) {
+            return yield* later(job, token, result.failure.message, nowMs)
+          }
           const challenge = Option.getOrThrow(yield* payments.challengeById(challengeId))
           answer = answerOf(result, challenge)
           // Decided: recorded before it is mailed, so a retry only mails it.
@@ -430,14 +356,6 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
     return { mailChallenge, challengeOfEmail, payByEmail, hook, pass } as const
   })
 }) {}
-
-const parseJson = (text: string): unknown => {
-  try {
-    return JSON.parse(text) as unknown
-  } catch {
-    return null
-  }
-}
 
 /** Registers the ingestion hook (the job row stored with each email carrying a signed payment). */
 export const EmailRailHookLive = Layer.effect(MoreOnEmailStored, Effect.map(EmailRail, (rail) => [rail.hook]))

@@ -16,7 +16,8 @@ import { apiErrorOf } from "./Failures.js"
 import { atomicOf, fromAtomic, toAtomic } from "./Money.js"
 import { utcDay } from "./Policy.js"
 import { type ChallengeRow, type PaymentRow, PaymentsRepo, toChallenge, toPayment, visibleTo } from "./Repo.js"
-import { checksummed, PaymentsService } from "./Service.js"
+import { PaymentsService } from "./Service.js"
+import { addressProblemText, displayAddress, parseEvmAddress } from "./Address.js"
 
 const invalid = (field: string, reason: string) =>
   new ValidationError({ message: `${field}: ${reason}`, details: { issues: [{ field, reason }] } })
@@ -54,7 +55,7 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
           paused: row?.paused ?? false,
           per_payment_cap: dec(row?.per_payment_cap),
           daily_cap: dec(row?.daily_cap),
-          payee_allowlist: row?.payee_allowlist ?? null,
+          payee_allowlist: row?.payee_allowlist == null ? null : row.payee_allowlist.map(displayAddress),
           spent_today: fromAtomic(spent),
           day_resets_at: day.end,
           updated_at: row?.updated_at ?? null
@@ -76,10 +77,9 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
           if (!config.x402Networks.includes(path.network)) {
             return yield* invalid("network", `payments are offered on ${config.x402Networks.join(", ")}`)
           }
-          const address = checksummed(payload.address)
-          if (address === undefined) {
-            return yield* invalid("address", "must be a checksummed (EIP-55) EVM address such as 0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed")
-          }
+          const parsed = parseEvmAddress(payload.address)
+          if (!parsed.ok) return yield* invalid("address", addressProblemText(parsed.problem))
+          const address = parsed.address
           const rows = yield* sql<PayoutAddress>`
             INSERT INTO payout_addresses (org_id, network, address) VALUES (${orgId}, ${path.network}, ${address})
             ON CONFLICT (org_id, network) DO UPDATE SET address = EXCLUDED.address, updated_at = now()
@@ -92,9 +92,10 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
           const orgId = yield* entitled
           const has = (k: keyof typeof payload) => Object.prototype.hasOwnProperty.call(payload, k)
           const cap = (v: string | null | undefined) => (v == null ? null : toAtomic(v)!.toString())
+          // Organization ids lowercase, addresses in EIP-55 form (the schema refused a wrong checksum).
           const allowlist = payload.payee_allowlist == null
             ? null
-            : [...new Set(payload.payee_allowlist.map((e) => e.toLowerCase()))]
+            : [...new Set(payload.payee_allowlist.map((e) => e.startsWith("0x") ? displayAddress(e) : e.toLowerCase()))]
           yield* sql`
             INSERT INTO payment_policies (org_id, paused, per_payment_cap, daily_cap, payee_allowlist, updated_at)
             VALUES (${orgId}, ${payload.paused ?? false}, ${cap(payload.per_payment_cap)}::numeric,

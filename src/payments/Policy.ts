@@ -11,7 +11,7 @@ export interface SpendPolicy {
   readonly paused: boolean
   readonly perPaymentCap: bigint | null
   readonly dailyCap: bigint | null
-  /** Organization ids and lower-cased addresses; null allows every payee. */
+  /** Organization ids and addresses (any case); null allows every payee. */
   readonly payeeAllowlist: ReadonlyArray<string> | null
 }
 
@@ -22,7 +22,9 @@ export interface Spend {
   readonly amount: bigint
   /** Settled and settling payments of this payer in the current UTC day. */
   readonly spentToday: bigint
-  readonly payeeOrgId: string
+  /** The organizations that own the address paid (none when it is no organization's payout address). */
+  readonly payeeOrgIds: ReadonlyArray<string>
+  /** The address the authorization pays. */
   readonly payTo: string
 }
 
@@ -31,11 +33,12 @@ export const evaluatePolicy = (policy: SpendPolicy, spend: Spend): ReadonlyArray
   if (policy.paused) reasons.push("paused")
   if (policy.perPaymentCap !== null && spend.amount > policy.perPaymentCap) reasons.push("per_payment_cap")
   if (policy.dailyCap !== null && spend.amount > 0n && spend.spentToday + spend.amount > policy.dailyCap) reasons.push("daily_cap")
-  if (
-    policy.payeeAllowlist !== null &&
-    !policy.payeeAllowlist.includes(spend.payeeOrgId) &&
-    !policy.payeeAllowlist.includes(spend.payTo.toLowerCase())
-  ) reasons.push("allowlist")
+  if (policy.payeeAllowlist !== null) {
+    const listed = new Set(policy.payeeAllowlist.map((e) => e.toLowerCase()))
+    if (!spend.payeeOrgIds.some((id) => listed.has(id.toLowerCase())) && !listed.has(spend.payTo.toLowerCase())) {
+      reasons.push("allowlist")
+    }
+  }
   if (spend.amount <= 0n) reasons.push("spend_non_positive_amount")
   return reasons
 }

@@ -138,6 +138,31 @@ export const toPayment = (p: PaymentRow, callerOrgId: string): Payment => ({
   created_at: p.created_at
 })
 
+/** The `payment` object of `payment.settled` and `payment.failed`, as one side (`direction`) sees it. */
+export const paymentEventData = (p: PaymentRow, direction: "in" | "out") => ({
+  payment: {
+    id: p.id,
+    challenge_id: p.challenge_id,
+    direction,
+    rail: p.rail,
+    status: p.status,
+    amount: fromAtomic(atomicOf(p.amount)),
+    asset: p.asset,
+    network: p.network,
+    payer_address: p.payer_address,
+    pay_to: p.pay_to,
+    ...(p.status === "settled" ? { transaction: p.transaction, settled_at: p.settled_at?.toISOString() ?? null } : {}),
+    ...(p.status === "failed"
+      ? {
+        failure_category: p.failure_category,
+        reasons: p.failure_reasons ?? [],
+        code: p.failure_code,
+        message: p.failure_message
+      }
+      : {})
+  }
+})
+
 export const toPayoutAddress = (r: PayoutAddress): PayoutAddress => r
 
 /**
@@ -170,12 +195,18 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
       sql<PolicyRow>`SELECT paused, per_payment_cap::text, daily_cap::text, payee_allowlist, updated_at
                      FROM payment_policies WHERE org_id = ${orgId}`.pipe(Effect.map((rows) => rows[0]), Effect.orDie)
 
-    /** Settled and settling payments of a payer whose money was committed in [start, end). */
+    /**
+     * What a payer's organization committed in [start, end): its settled and settling payments (HTTP)
+     * and the signed authorizations it mailed (the email rail).
+     */
     const spentBy = (payerOrgId: string, start: Date, end: Date) =>
       sql<{ total: string }>`
-        SELECT coalesce(sum(amount), 0)::text AS total FROM payments
-        WHERE payer_org_id = ${payerOrgId} AND status IN ('settling', 'settled')
-          AND spent_at >= ${start} AND spent_at < ${end}`.pipe(
+        SELECT (
+          (SELECT coalesce(sum(amount), 0) FROM payments
+           WHERE payer_org_id = ${payerOrgId} AND status IN ('settling', 'settled') AND spent_at >= ${start} AND spent_at < ${end})
+          + (SELECT coalesce(sum(amount), 0) FROM payment_email_spends
+             WHERE org_id = ${payerOrgId} AND spent_at >= ${start} AND spent_at < ${end})
+        )::text AS total`.pipe(
         Effect.map((rows) => atomicOf(rows[0]?.total ?? "0")),
         Effect.orDie
       )
@@ -186,6 +217,13 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
         Effect.orDie
       )
 
-    return { findChallenge, findPayment, policyRow, spentBy, payoutAddress } as const
+    /** The organizations whose payout address on `network` is `address` (any case). */
+    const ownersOf = (network: string, address: string) =>
+      sql<{ org_id: string }>`SELECT org_id FROM payout_addresses WHERE network = ${network} AND lower(address) = ${address.toLowerCase()}`.pipe(
+        Effect.map((rows) => rows.map((r) => r.org_id)),
+        Effect.orDie
+      )
+
+    return { findChallenge, findPayment, policyRow, spentBy, payoutAddress, ownersOf } as const
   })
 }) {}

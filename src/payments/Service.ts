@@ -12,33 +12,32 @@
  * makes a challenge paid at most once. A failed settlement releases the claim; the challenge stays
  * pending. Every failure is recorded as a failed payment and emitted as `payment.failed` in the same
  * transaction; a settlement as `payment.settled`.
+ *
+ * Nonces: any bytes32 is accepted (x402 payers pick their own). The claim also binds the
+ * authorization's (network, asset, payer, nonce) to the challenge, so a signed payment can never be
+ * presented for another one (`nonce_mismatch`); a challenge's suggested nonce is its own from creation.
+ * A payment whose process stopped mid-settlement is ended later by the reconciler (`resolveSettling`).
  */
 import { SqlClient } from "@effect/sql"
 import type { PaymentPayload, PaymentRequirements } from "@x402/core/types"
-import { Clock, Effect, Layer, Option } from "effect"
+import { Clock, Data, Effect, Fiber, Layer, Option } from "effect"
 import { randomBytes } from "node:crypto"
-import { getAddress, isAddress, type Address, type Hex } from "viem"
+import type { Address } from "viem"
 import { NoPayoutAddress, NotFound, ValidationError } from "../contract/Errors.js"
 import { OrgEvents } from "../deliveries/OrgEvents.js"
 import { AppConfig } from "../platform/Config.js"
 import { uniqueViolation } from "../platform/SqlErrors.js"
+import { addressProblemText, parseEvmAddress } from "./Address.js"
 import type { SqlError } from "@effect/sql/SqlError"
 import { type CreateChallenge, DEFAULT_EXPIRES_IN, type Payment } from "./Api.js"
-import {
-  capped,
-  declined,
-  expired,
-  type PaymentFailure,
-  unsettled,
-  unverified
-} from "./Failures.js"
-import { Facilitator } from "./Facilitator.js"
-import { atomicOf, fromAtomic, toAtomic } from "./Money.js"
+import { expired, type PaymentFailure, unsettled, unverified } from "./Failures.js"
+import { Facilitator, type SettleOutcome } from "./Facilitator.js"
+import { atomicOf, toAtomic } from "./Money.js"
 import { networkInfo } from "./Networks.js"
-import { evaluatePolicy, utcDay } from "./Policy.js"
-import { type ChallengeRow, paymentRequiredOf, type PaymentRow, PaymentsRepo, policyOf, toPayment } from "./Repo.js"
+import { makeRails, type Rail } from "./Rails.js"
+import { type ChallengeRow, paymentEventData, paymentRequiredOf, type PaymentRow, PaymentsRepo, toPayment } from "./Repo.js"
 import { SettleCaps } from "./SettleCaps.js"
-import { type Authorization, payloadValue, verifyPayment } from "./Verifier.js"
+import { type Authorization, payloadNonce, payloadValue, verifyPayment } from "./Verifier.js"
 
 /** How long a payer has, once it signed, to get the authorization settled (x402 `maxTimeoutSeconds`). */
 export const MAX_TIMEOUT_SECONDS = 300
@@ -46,28 +45,14 @@ export const MAX_TIMEOUT_SECONDS = 300
 const invalid = (field: string, reason: string) =>
   new ValidationError({ message: `${field}: ${reason}`, details: { issues: [{ field, reason }] } })
 
-/** A checksummed (EIP-55) address, as the API requires it. */
-export const checksummed = (value: string): Address | undefined =>
-  isAddress(value, { strict: true }) && getAddress(value) === value && !/^0x0{40}$/i.test(value) ? value as Address : undefined
+/** Inside the claiming transaction: the authorization's nonce is bound to another challenge (rolls the claim back). */
+class NonceTaken extends Data.TaggedError("NonceTaken") {}
 
 const CHALLENGE_COLUMNS = `id, org_id, amount::text AS amount, asset, network, pay_to, payer_address, description, nonce,
   max_timeout_seconds, expires_at, payment_id, paid_at, created_at, deliver_to, sent_email_id`
 const PAYMENT_COLUMNS = `id, challenge_id, rail, payer_org_id, payee_org_id, status, amount::text AS amount, asset, network,
   payer_address, pay_to, nonce, transaction, failure_code, failure_category, failure_reasons, failure_message, spent_at,
   settled_at, created_at`
-
-/** The side of a flow that decides, guards and hears about a payment. */
-interface Rail {
-  readonly rail: "http" | "email"
-  readonly payerOrgId: string | null
-  /** The first look (no lock): every refusal reason, or none. */
-  readonly guard: (amount: bigint, nowMs: number) => Effect.Effect<PaymentFailure | null>
-  /** The same verdict under the guard's lock, inside the claiming transaction. */
-  readonly guardLocked: (amount: bigint, nowMs: number) => Effect.Effect<PaymentFailure | null, unknown>
-  /** Organizations told of a failure, and of a settlement (with the direction each sees). */
-  readonly failedTo: ReadonlyArray<string>
-  readonly settledTo: ReadonlyArray<{ readonly orgId: string; readonly direction: "in" | "out" }>
-}
 
 export type PayResult =
   | { readonly _tag: "Settled"; readonly payment: PaymentRow }
@@ -108,9 +93,9 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         if (amount <= 0n) return yield* invalid("amount", "must be greater than 0")
         let payer: Address | null = null
         if (body.payer_address !== undefined) {
-          const a = checksummed(body.payer_address)
-          if (a === undefined) return yield* invalid("payer_address", "must be a checksummed (EIP-55) EVM address")
-          payer = a
+          const parsed = parseEvmAddress(body.payer_address)
+          if (!parsed.ok) return yield* invalid("payer_address", addressProblemText(parsed.problem))
+          payer = parsed.address
         }
         const payTo = yield* repo.payoutAddress(orgId, network)
         if (Option.isNone(payTo)) {
@@ -134,30 +119,6 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
 
     // --- events -------------------------------------------------------------------------------
 
-    const paymentData = (p: PaymentRow, direction: "in" | "out") => ({
-      payment: {
-        id: p.id,
-        challenge_id: p.challenge_id,
-        direction,
-        rail: p.rail,
-        status: p.status,
-        amount: fromAtomic(atomicOf(p.amount)),
-        asset: p.asset,
-        network: p.network,
-        payer_address: p.payer_address,
-        pay_to: p.pay_to,
-        ...(p.status === "settled" ? { transaction: p.transaction, settled_at: p.settled_at?.toISOString() ?? null } : {}),
-        ...(p.status === "failed"
-          ? {
-            failure_category: p.failure_category,
-            reasons: p.failure_reasons ?? [],
-            code: p.failure_code,
-            message: p.failure_message
-          }
-          : {})
-      }
-    })
-
     const emitFailed = (p: PaymentRow, rail: Rail, failure: PaymentFailure, nowMs: number) =>
       Effect.forEach(rail.failedTo, (orgId) =>
         events.emit({
@@ -165,14 +126,14 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
           eventType: "payment.failed",
           createdAt: new Date(nowMs),
           data: (() => {
-            const d = paymentData(p, orgId === p.payer_org_id ? "out" : "in")
+            const d = paymentEventData(p, orgId === p.payer_org_id ? "out" : "in")
             return { payment: { ...d.payment, retryable: failure.retryAfter !== null } }
           })()
         }), { discard: true })
 
     const emitSettled = (p: PaymentRow, rail: Rail, nowMs: number) =>
       Effect.forEach(rail.settledTo, (to) =>
-        events.emit({ orgId: to.orgId, eventType: "payment.settled", createdAt: new Date(nowMs), data: paymentData(p, to.direction) }), {
+        events.emit({ orgId: to.orgId, eventType: "payment.settled", createdAt: new Date(nowMs), data: paymentEventData(p, to.direction) }), {
         discard: true
       })
 
@@ -229,18 +190,35 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
             paymentId: current?.payment_id ?? null
           } as Claim
         }
+        // The first pay of a challenge that gets this far binds the authorization's nonce to it; the
+        // same (network, asset, payer, nonce) bound to another challenge undoes the claim.
+        const bound = yield* sql<{ challenge_id: string }>`
+          INSERT INTO payment_nonces (network, asset, payer_address, nonce, challenge_id, created_at)
+          VALUES (${a.challenge.network}, ${a.challenge.asset.toLowerCase()}, ${auth.from.toLowerCase()}, ${auth.nonce},
+            ${a.challenge.id}, ${new Date(a.nowMs)})
+          ON CONFLICT (network, asset, payer_address, nonce) DO NOTHING RETURNING challenge_id`
+        if (bound.length === 0) {
+          const holder = yield* sql<{ challenge_id: string }>`
+            SELECT challenge_id FROM payment_nonces WHERE network = ${a.challenge.network}
+              AND asset = ${a.challenge.asset.toLowerCase()} AND payer_address = ${auth.from.toLowerCase()} AND nonce = ${auth.nonce}`
+          if (holder[0]?.challenge_id !== a.challenge.id) return yield* new NonceTaken()
+        }
         const rows = yield* sql.unsafe<PaymentRow>(
           `INSERT INTO payments (id, challenge_id, rail, payer_org_id, payee_org_id, status, amount, asset, network,
-             payer_address, pay_to, nonce, spent_at, created_at)
-           VALUES ($1, $2, $3, $4, $5, 'settling', $6::numeric, $7, $8, $9, $10, $11, $12, $12) RETURNING ${PAYMENT_COLUMNS}`,
+             payer_address, pay_to, nonce, spent_at, created_at, valid_before)
+           VALUES ($1, $2, $3, $4, $5, 'settling', $6::numeric, $7, $8, $9, $10, $11, $12, $12, $13) RETURNING ${PAYMENT_COLUMNS}`,
           [paymentId, a.challenge.id, a.rail.rail, a.rail.payerOrgId, a.challenge.org_id, auth.value.toString(),
-            a.challenge.asset, a.challenge.network, auth.from, a.challenge.pay_to, auth.nonce, new Date(a.nowMs)]
+            a.challenge.asset, a.challenge.network, auth.from, a.challenge.pay_to, auth.nonce, new Date(a.nowMs),
+            // Verified: at most a day ahead, so a Date holds it.
+            new Date(Number(auth.validBefore) * 1000)]
         )
         return { _tag: "Claimed", payment: rows[0]! } as Claim
       }).pipe(
         sql.withTransaction,
         Effect.catchAll((e) =>
-          (e as { _tag?: string })._tag === "SqlError" && uniqueViolation(e as SqlError) !== undefined
+          e instanceof NonceTaken
+            ? Effect.succeed<Claim>({ _tag: "Refused", failure: unverified(["nonce_mismatch"]) })
+            : (e as { _tag?: string })._tag === "SqlError" && uniqueViolation(e as SqlError) !== undefined
             ? Effect.succeed<Claim>({
               _tag: "Conflict",
               message: "this signed authorization is already being settled or was settled",
@@ -250,18 +228,26 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         )
       )
 
-    const finishSettled = (a: Attempt, payment: PaymentRow, transaction: string) =>
+    /** The settlement's outcome ends a payment only while it is settling (the reconciler may have ended it). */
+    const resolvedMeanwhile = (payment: PaymentRow): PayResult => ({
+      _tag: "Conflict",
+      message: "this payment was ended meanwhile from what the chain says; see GET /v1/payments/" + payment.id,
+      paymentId: payment.id
+    })
+
+    const finishSettled = (a: Attempt, payment: PaymentRow, transaction: string | null) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const rows = yield* sql.unsafe<PaymentRow>(
           `UPDATE payments SET status = 'settled', transaction = $2, settled_at = $3, updated_at = $3
-           WHERE id = $1 RETURNING ${PAYMENT_COLUMNS}`,
+           WHERE id = $1 AND status = 'settling' RETURNING ${PAYMENT_COLUMNS}`,
           [payment.id, transaction, new Date(now)]
         )
+        const settled = rows[0]
+        if (settled === undefined) return resolvedMeanwhile(payment)
         yield* sql`UPDATE payment_challenges SET paid_at = ${new Date(now)} WHERE id = ${a.challenge.id} AND payment_id = ${payment.id}`
-        const settled = rows[0]!
         yield* emitSettled(settled, a.rail, now)
-        return { _tag: "Settled", payment: settled } as const
+        return { _tag: "Settled", payment: settled } as PayResult
       }).pipe(sql.withTransaction, Effect.orDie)
 
     const finishFailed = (a: Attempt, payment: PaymentRow, failure: PaymentFailure) =>
@@ -269,14 +255,57 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         const now = yield* Clock.currentTimeMillis
         const rows = yield* sql.unsafe<PaymentRow>(
           `UPDATE payments SET status = 'failed', failure_code = $2, failure_category = $3, failure_reasons = $4::text[],
-             failure_message = $5, updated_at = $6 WHERE id = $1 RETURNING ${PAYMENT_COLUMNS}`,
+             failure_message = $5, updated_at = $6 WHERE id = $1 AND status = 'settling' RETURNING ${PAYMENT_COLUMNS}`,
           [payment.id, failure.code, failure.category, pgArray(failure.reasons), failure.message, new Date(now)]
         )
+        const failed = rows[0]
+        if (failed === undefined) return resolvedMeanwhile(payment)
         yield* sql`UPDATE payment_challenges SET payment_id = NULL WHERE id = ${a.challenge.id} AND payment_id = ${payment.id}`
-        const failed = rows[0]!
         yield* emitFailed(failed, a.rail, failure, now)
-        return { _tag: "Failed", payment: failed, failure } as const
+        return { _tag: "Failed", payment: failed, failure } as PayResult
       }).pipe(sql.withTransaction, Effect.orDie)
+
+    /**
+     * Ends a payment a stopped process left `settling`, with the outcome the reconciler read on chain:
+     * recorded, the challenge paid or released, and the events of the payment's rail emitted, as the
+     * process would have done. Nothing happens to a payment no longer settling.
+     */
+    const resolveSettling = (
+      paymentId: string,
+      outcome: { readonly _tag: "Settled"; readonly transaction: string | null } | Extract<SettleOutcome, { _tag: "Failed" }>
+    ) =>
+      Effect.gen(function*() {
+        const rows = yield* sql.unsafe<PaymentRow>(`SELECT ${PAYMENT_COLUMNS} FROM payments WHERE id = $1 AND status = 'settling'`, [paymentId])
+          .pipe(Effect.orDie)
+        const payment = rows[0]
+        if (payment === undefined) return Option.none<PayResult>()
+        const challenge = Option.getOrThrow(yield* challengeById(payment.challenge_id))
+        const rail = payment.rail === "http" && payment.payer_org_id !== null ? httpRail(payment.payer_org_id, challenge) : emailRail(challenge)
+        const nowMs = yield* Clock.currentTimeMillis
+        const attempt: Attempt = { challenge, rail, nowMs, payerAddress: payment.payer_address, nonce: payment.nonce }
+        return Option.some(
+          outcome._tag === "Settled"
+            ? yield* finishSettled(attempt, payment, outcome.transaction)
+            : yield* finishFailed(attempt, payment, unsettled(outcome.reason, outcome.detail))
+        )
+      })
+
+    /**
+     * Whether the payload's (network, asset, payer, nonce) belongs to another challenge: bound there by
+     * an earlier pay, or that challenge's own suggested nonce (`extra.nonce`, reserved for it from its
+     * creation). The claim checks the binding again, atomically.
+     */
+    const boundElsewhere = (challenge: ChallengeRow, payload: unknown) =>
+      Effect.gen(function*() {
+        const n = payloadNonce(payload)
+        if (n === null) return false
+        const rows = yield* sql<{ taken: boolean }>`
+          SELECT EXISTS (
+              SELECT 1 FROM payment_nonces WHERE network = ${challenge.network} AND asset = ${challenge.asset.toLowerCase()}
+                AND payer_address = ${n.from.toLowerCase()} AND nonce = ${n.nonce} AND challenge_id <> ${challenge.id})
+            OR EXISTS (SELECT 1 FROM payment_challenges WHERE nonce = ${n.nonce} AND id <> ${challenge.id}) AS taken`
+        return rows[0]?.taken === true
+      }).pipe(Effect.orDie)
 
     /** The whole pipeline for one signed payload against one challenge. */
     const process = (challenge: ChallengeRow, rail: Rail, payload: unknown): Effect.Effect<PayResult> =>
@@ -294,6 +323,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         if (refusal !== null) return yield* recordFailure(base, refusal)
 
         const info = networkInfo(challenge.network)!
+        const nonceBoundElsewhere = yield* boundElsewhere(challenge, payload)
         const verdict = yield* Effect.promise(() =>
           verifyPayment({
             network: challenge.network,
@@ -303,7 +333,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
             assetVersion: info.assetVersion,
             amount: atomicOf(challenge.amount),
             payTo: challenge.pay_to as Address,
-            nonce: challenge.nonce as Hex,
+            nonceBoundElsewhere,
             payerAddress: challenge.payer_address as Address | null
           }, payload, nowMs / 1000)
         )
@@ -311,58 +341,22 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
           return yield* recordFailure({ ...base, payerAddress: verdict.payerAddress, nonce: verdict.nonce }, unverified(verdict.reasons))
         }
         const attempt: Attempt = { ...base, payerAddress: verdict.authorization.from, nonce: verdict.authorization.nonce }
-        const claimed = yield* Effect.orDie(claim(attempt, verdict.authorization))
-        if (claimed._tag === "Conflict") return claimed
-        if (claimed._tag === "Refused") return yield* recordFailure(attempt, claimed.failure)
-
-        const requirements = paymentRequiredOf(challenge, config.publicBaseUrl).accepts[0]! as PaymentRequirements
-        const outcome = yield* facilitator.settle(payload as PaymentPayload, requirements)
-        if (outcome._tag === "Settled") return yield* finishSettled(attempt, claimed.payment, outcome.transaction)
-        return yield* finishFailed(attempt, claimed.payment, unsettled(outcome.reason, outcome.detail))
-      })
-
-    // --- the rails ------------------------------------------------------------------------------
-
-    const policyVerdict = (payerOrgId: string, challenge: ChallengeRow, amount: bigint, nowMs: number, lock: boolean) =>
-      Effect.gen(function*() {
-        if (lock) yield* sql`INSERT INTO payment_policies (org_id) VALUES (${payerOrgId}) ON CONFLICT (org_id) DO NOTHING`
-        const rows = lock
-          ? yield* sql<{ paused: boolean; per_payment_cap: string | null; daily_cap: string | null; payee_allowlist: ReadonlyArray<string> | null; updated_at: Date | null }>`
-              SELECT paused, per_payment_cap::text, daily_cap::text, payee_allowlist, updated_at
-              FROM payment_policies WHERE org_id = ${payerOrgId} FOR UPDATE`
-          : [yield* repo.policyRow(payerOrgId)]
-        const day = utcDay(nowMs)
-        const spentToday = yield* repo.spentBy(payerOrgId, day.start, day.end)
-        const reasons = evaluatePolicy(policyOf(rows[0]), {
-          amount,
-          spentToday,
-          payeeOrgId: challenge.org_id,
-          payTo: challenge.pay_to
+        const claimAndSettle = Effect.gen(function*() {
+          const claimed = yield* Effect.orDie(claim(attempt, verdict.authorization))
+          if (claimed._tag === "Conflict") return claimed
+          if (claimed._tag === "Refused") return yield* recordFailure(attempt, claimed.failure)
+          const requirements = paymentRequiredOf(challenge, config.publicBaseUrl).accepts[0]! as PaymentRequirements
+          const outcome = yield* facilitator.settle(payload as PaymentPayload, requirements)
+          if (outcome._tag === "Settled") return yield* finishSettled(attempt, claimed.payment, outcome.transaction)
+          return yield* finishFailed(attempt, claimed.payment, unsettled(outcome.reason, outcome.detail))
         })
-        return reasons.length === 0 ? null : declined(reasons)
+        // From the claim on, the outcome must be recorded whatever becomes of the request: a client
+        // that hangs up interrupts the request, not the settlement (bounded by X402_SETTLE_TIMEOUT).
+        // Only a process that stops leaves a payment settling; the reconciler ends it.
+        return yield* Effect.flatMap(Effect.forkDaemon(claimAndSettle), Fiber.join)
       })
 
-    const httpRail = (payerOrgId: string, challenge: ChallengeRow): Rail => ({
-      rail: "http",
-      payerOrgId,
-      guard: (amount, nowMs) => Effect.orDie(policyVerdict(payerOrgId, challenge, amount, nowMs, false)),
-      guardLocked: (amount, nowMs) => policyVerdict(payerOrgId, challenge, amount, nowMs, true),
-      failedTo: [payerOrgId],
-      settledTo: payerOrgId === challenge.org_id
-        ? [{ orgId: payerOrgId, direction: "out" }]
-        : [{ orgId: payerOrgId, direction: "out" }, { orgId: challenge.org_id, direction: "in" }]
-    })
-
-    const emailRail = (challenge: ChallengeRow): Rail => ({
-      rail: "email",
-      payerOrgId: null,
-      guard: (amount, nowMs) =>
-        Effect.map(caps.check(challenge.org_id, amount, nowMs), (r) => (r.length === 0 ? null : capped(r))),
-      guardLocked: (amount, nowMs) =>
-        Effect.map(caps.checkLocked(challenge.org_id, amount, nowMs), (r) => (r.length === 0 ? null : capped(r))),
-      failedTo: [challenge.org_id],
-      settledTo: [{ orgId: challenge.org_id, direction: "in" }]
-    })
+    const { httpRail, emailRail } = makeRails({ sql, repo, caps })
 
     /** `POST /payments/challenges/{id}/pay`: the synthetic (HTTP) flow, as the caller's organization. */
     const pay = (payerOrgId: string, challengeId: string, payload: unknown) =>
@@ -390,7 +384,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
 
     const toApi = (p: PaymentRow, callerOrgId: string): Payment => toPayment(p, callerOrgId)
 
-    return { createChallenge, challengeById, paymentById, pay, settleIncoming, toApi } as const
+    return { createChallenge, challengeById, paymentById, pay, settleIncoming, resolveSettling, toApi } as const
   })
 }) {}
 

@@ -27,7 +27,11 @@ export const VERIFICATION_REASONS = [
 ] as const
 export type VerificationReason = (typeof VERIFICATION_REASONS)[number]
 
-/** An authorization may be valid for at most this long (validBefore − validAfter). */
+/**
+ * An authorization may stay settleable for at most this long: validBefore − max(validAfter, now). Counted
+ * from now, not from validAfter, because standard payers sign `validAfter: 0` (valid since forever):
+ * what is a liability for the payer is how long the signature can still be used.
+ */
 export const MAX_WINDOW_SECONDS = 86_400
 /** Settlement needs this long before the authorization's validBefore. */
 export const HEADROOM_SECONDS = 30
@@ -52,7 +56,12 @@ export interface ChallengeTerms {
   readonly assetVersion: string
   readonly amount: bigint
   readonly payTo: Address
-  readonly nonce: Hex
+  /**
+   * Whether the authorization's (network, asset, payer, nonce) is bound to another challenge: presented
+   * there first, or that challenge's own suggested nonce. Any other bytes32 nonce is accepted (x402
+   * payers pick a random one); settlement learns whether the chain has used it.
+   */
+  readonly nonceBoundElsewhere: boolean
   /** When the challenge names the wallet that must pay. */
   readonly payerAddress: Address | null
 }
@@ -82,6 +91,16 @@ const INTEGER = /^-?\d{1,78}$/
 const BYTES32 = /^0x[0-9a-fA-F]{64}$/
 const SIGNATURE = /^0x[0-9a-fA-F]{130}$/
 const UINT256_MAX = 2n ** 256n - 1n
+/** Half the order of secp256k1: an `s` above it is the malleable twin of a canonical signature. */
+const SECP256K1_HALF_N = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n
+
+/**
+ * Every ECDSA signature has a twin (s → n − s, v flipped) recovering the same signer. EIP-2 made
+ * Ethereum transactions refuse the high-s twin, and the token contracts that check EIP-3009
+ * signatures with OpenZeppelin's ECDSA refuse it too: such a payload could never settle there, and
+ * where it could, it is a second valid form of one authorization. Refused as unrecoverable.
+ */
+const highS = (signature: string) => BigInt(`0x${signature.slice(66, 130)}`) > SECP256K1_HALF_N
 const ZERO = "0x0000000000000000000000000000000000000000"
 
 const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
@@ -148,15 +167,15 @@ export const verifyPayment = async (terms: ChallengeTerms, payload: unknown, now
     reasons.add("amount_mismatch")
   }
   if (value <= 0n) reasons.add("verify_non_positive_amount")
-  if (nonce !== terms.nonce.toLowerCase()) reasons.add("nonce_mismatch")
+  if (terms.nonceBoundElsewhere) reasons.add("nonce_mismatch")
   if (validBefore <= validAfter) reasons.add("degenerate_window")
-  if (validBefore - validAfter > BigInt(MAX_WINDOW_SECONDS)) reasons.add("window_too_wide")
+  if (validBefore - (validAfter > now ? validAfter : now) > BigInt(MAX_WINDOW_SECONDS)) reasons.add("window_too_wide")
   if (validBefore - now < BigInt(HEADROOM_SECONDS)) reasons.add("insufficient_headroom")
   if (validAfter >= now) reasons.add("not_yet_valid")
 
   // The signature is judged only over a message that can be encoded: valid addresses and uint256s.
   if (from !== null && to !== null && uint(value) && uint(validAfter) && uint(validBefore)) {
-    if (!SIGNATURE.test(signature)) {
+    if (!SIGNATURE.test(signature) || highS(signature)) {
       reasons.add("signature_unrecoverable")
     } else {
       const signer = await recoverTypedDataAddress({
@@ -184,6 +203,53 @@ export const verifyPayment = async (terms: ChallengeTerms, payload: unknown, now
     ok: true,
     authorization: { from: from!, to: to!, value, validAfter, validBefore, nonce },
     signature: signature as Hex
+  }
+}
+
+/** The authorization's `from` and `nonce` as written, when the payload has that shape (nonce bindings are looked up by them). */
+export const payloadNonce = (payload: unknown): { readonly from: Address; readonly nonce: Hex } | null => {
+  const p = parts(payload)
+  if (p === undefined || !BYTES32.test(p.auth.nonce)) return null
+  const from = address(p.auth.from)
+  return from === null ? null : { from, nonce: p.auth.nonce.toLowerCase() as Hex }
+}
+
+/**
+ * What a payload's authorization would do, read without judging the signature: who pays, whom, how
+ * much, on which network (the payload's `accepted`), or the reasons it cannot be read.
+ */
+export const readAuthorization = (payload: unknown):
+  | {
+    readonly ok: true
+    readonly from: Address
+    readonly to: Address
+    readonly value: bigint
+    readonly nonce: Hex
+    readonly network: string
+    readonly asset: string | null
+    readonly challengeId: string | null
+  }
+  | { readonly ok: false; readonly reasons: ReadonlyArray<VerificationReason> } => {
+  const p = parts(payload)
+  if (p === undefined) return { ok: false, reasons: ["malformed_payload"] }
+  const value = integer(p.auth.value)
+  if (value === null || !BYTES32.test(p.auth.nonce)) return { ok: false, reasons: ["malformed_payload"] }
+  const from = address(p.auth.from)
+  const to = address(p.auth.to)
+  if (from === null || to === null) {
+    return { ok: false, reasons: [...(from === null ? ["invalid_from_address" as const] : []), ...(to === null ? ["invalid_to_address" as const] : [])] }
+  }
+  const extra = p.accepted.extra
+  const named = isRecord(extra) && typeof extra.challengeId === "string" ? extra.challengeId : null
+  return {
+    ok: true,
+    from,
+    to,
+    value,
+    nonce: p.auth.nonce.toLowerCase() as Hex,
+    network: p.accepted.network as string,
+    asset: typeof p.accepted.asset === "string" ? p.accepted.asset : null,
+    challengeId: named
   }
 }
 

@@ -26,6 +26,7 @@ import { DemoApi } from "./demo/Api.js"
 import { ThreadsApi } from "./threads/Api.js"
 import { SearchApi } from "./search/Api.js"
 import { SendingApi } from "./sending/Api.js"
+import { EventsApi } from "./events/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -87,6 +88,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(ThreadsApi)
   .add(SearchApi)
   .add(SendingApi)
+  .add(EventsApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

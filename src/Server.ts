@@ -79,6 +79,8 @@ import { RoutesHttpLive } from "./routes/Http.js"
 import { RoutesRepo } from "./routes/Repo.js"
 import { ServiceHttpLive } from "./service/Http.js"
 import { ServiceRoutesLive } from "./service/Routes.js"
+import { EventsHttpLive } from "./events/Http.js"
+import { EventLogMaintenanceLive } from "./events/Log.js"
 
 export { loggerLayer } from "./platform/Logging.js"
 
@@ -157,7 +159,8 @@ const AreaHandlers = [
   DemoHttpLive,
   ThreadsHttpLive,
   SearchHttpLive,
-  SendingHttpLive
+  SendingHttpLive,
+  EventsHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
@@ -201,7 +204,8 @@ const AreaWorkers = [
   EmbeddingBacklogLive(),
   SendTimersLive(),
   PaymentEmailWorkersLive(),
-  ProcessStatsLive
+  ProcessStatsLive,
+  EventLogMaintenanceLive
 ] as const
 
 /** The whole service over an AppConfig. */

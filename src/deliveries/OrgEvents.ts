@@ -14,6 +14,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { newEventId } from "../webhooks/Payload.js"
+import { EventLog } from "../events/Log.js"
 import { DeliveryQueue } from "./Queue.js"
 
 export interface OrgEvent {
@@ -28,6 +29,7 @@ export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents",
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const queue = yield* DeliveryQueue
+    const log = yield* EventLog
 
     /**
      * Enqueues the event for each subscribed endpoint, on the caller's connection (so inside its
@@ -45,8 +47,12 @@ export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents",
             )
           ORDER BY created_at, id`
         const eventId = newEventId()
-        if (endpoints.length === 0) return { eventId, deliveries: 0 }
         const payload = JSON.stringify({ id: eventId, event: event.eventType, created_at: event.createdAt.toISOString(), ...event.data })
+        // Without a subscribed endpoint the event still reaches the organization's event log.
+        if (endpoints.length === 0) {
+          yield* log.appendStatement({ orgId: event.orgId, eventId, eventType: event.eventType, payload })
+          return { eventId, deliveries: 0 }
+        }
         for (const endpoint of endpoints) {
           yield* queue.enqueueStatement({
             orgId: event.orgId,
@@ -64,5 +70,6 @@ export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents",
       }).pipe(Effect.orDie)
 
     return { emit } as const
-  })
+  }),
+  dependencies: [EventLog.Default]
 }) {}

@@ -80,6 +80,7 @@ import { RoutesRepo } from "./routes/Repo.js"
 import { ServiceHttpLive } from "./service/Http.js"
 import { ServiceRoutesLive } from "./service/Routes.js"
 import { EventsHttpLive } from "./events/Http.js"
+import { McpHttpLive } from "./mcp/Http.js"
 import { EventLogMaintenanceLive } from "./events/Log.js"
 
 export { loggerLayer } from "./platform/Logging.js"
@@ -168,9 +169,10 @@ export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
   Layer.provide(AuthenticationLive)
 )
 
-/** Routes outside `/v1`: the reference, discovery documents and the browser pages. */
+/** Routes outside `/v1`: the reference, discovery documents, the MCP endpoint and the browser pages. */
 const PagesLive = Layer.mergeAll(
   ServiceRoutesLive,
+  McpHttpLive.pipe(Layer.provide([AuthenticationLive, HttpApiBuilder.Middleware.layer])),
   Layer.mergeAll(DevicePageLive, ClaimPageLive).pipe(Layer.provide([IdentityServicesLive, DeviceWeb.Default]))
 )
 

@@ -3,7 +3,9 @@
  * `{id: "evt_…", event, created_at, email: {…}}`. `id` is the event id, stable across retries and
  * replays, so the caller builds it once and stores the serialized body.
  */
+import { Schema } from "effect"
 import { randomToken } from "../platform/Secrets.js"
+import { EmailEventSchema } from "./Events.js"
 
 export const TEXT_LIMIT_BYTES = 256 * 1024
 
@@ -116,8 +118,10 @@ export const buildEmailEvent = (input: {
   }
 }
 
-/** The serialized body that is signed and sent: the exact bytes matter for the signature. */
-export const serializeEvent = (event: EmailEvent) => JSON.stringify(event)
+const encodeEmailEvent = Schema.encodeSync(EmailEventSchema)
+
+/** The serialized body that is signed and sent (encoded with the published schema): the exact bytes matter for the signature. */
+export const serializeEvent = (event: EmailEvent) => JSON.stringify(encodeEmailEvent(event))
 
 /** A synthetic `email.received` for endpoint test sends; ids and URLs are recognisably fake. */
 export const syntheticEmailReceived = (input: {

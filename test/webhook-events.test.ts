@@ -6,7 +6,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import Ajv from "ajv"
+import { Ajv } from "ajv"
 import { Context, Effect, Layer } from "effect"
 import { readdirSync, readFileSync } from "node:fs"
 import { join } from "node:path"

@@ -38,7 +38,7 @@ export const isDemo = (path: string) => path.startsWith("/v1/demo/")
  */
 export const isExempt = (method: string, path: string) =>
   path === "/v1/health" || path === "/v1/openapi.json" || path === "/v1/discovery" || path === "/docs" || path.startsWith("/docs/") ||
-  path === "/auth.md" || path.startsWith("/.well-known/") ||
+  path === "/auth.md" || path === "/llms.txt" || path.startsWith("/.well-known/") ||
   (method === "GET" && path.startsWith("/device/assets/"))
 
 /** Largest request body the API reads. */

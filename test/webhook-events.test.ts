@@ -119,6 +119,11 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("webhook events", (i
       expect(check({ ...noEmail, event: "email.received" })).toBe(false)
     }))
 
+  it("docs/events.md describes every event type", () => {
+    const doc = readFileSync(join(import.meta.dirname, "..", "docs", "events.md"), "utf8")
+    for (const e of EVENTS) expect(doc, e.type).toContain(`**\`${e.type}\`**`)
+  })
+
   it("every event type the code emits is documented in the webhooks section", () => {
     const emitted = new Set<string>()
     const walk = (dir: string) => {

@@ -118,6 +118,11 @@ export const buildEmailEvent = (input: {
   }
 }
 
+type Exact<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
+/** The payload built here and the published schema it is encoded with are one shape (a field added to one only fails to compile). */
+const _emailEventIsExact: Exact<typeof EmailEventSchema.Type, EmailEvent> = true
+void _emailEventIsExact
+
 const encodeEmailEvent = Schema.encodeSync(EmailEventSchema)
 
 /** The serialized body that is signed and sent (encoded with the published schema): the exact bytes matter for the signature. */

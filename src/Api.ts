@@ -26,6 +26,8 @@ import { DemoApi } from "./demo/Api.js"
 import { ThreadsApi } from "./threads/Api.js"
 import { SearchApi } from "./search/Api.js"
 import { SendingApi } from "./sending/Api.js"
+import { EventsApi } from "./events/Api.js"
+import { webhooksSection } from "./webhooks/Events.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -51,6 +53,13 @@ const dropBuiltinDecodeError = (spec: OpenApiDocument): OpenApiDocument => {
   }
   for (const k of ["HttpApiDecodeError", "Issue", "PropertyKey"]) delete spec.components?.schemas?.[k]
   return stripAnyIds(spec) as OpenApiDocument
+}
+
+/** OpenAPI 3.1 `webhooks`: every event payload, from the schemas the sender encodes with. */
+const withWebhooks = (spec: OpenApiDocument): OpenApiDocument => {
+  const { schemas, webhooks } = webhooksSection()
+  spec.components = { ...spec.components, schemas: { ...spec.components?.schemas, ...(stripAnyIds(schemas) as Record<string, unknown>) } }
+  return { ...spec, webhooks } as OpenApiDocument
 }
 
 /** `Schema.Unknown` emits `{$id:"/schemas/unknown"}` at every use; repeated `$id`s make the document invalid. */
@@ -87,6 +96,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(ThreadsApi)
   .add(SearchApi)
   .add(SendingApi)
+  .add(EventsApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)
@@ -100,5 +110,5 @@ export class MailroomApi extends HttpApi.make("mailroom")
       "`Authorization: Bearer <credential>` (API key `mr_live_…` or OAuth access token `mr_at_…`); " +
       "see /auth.md. Every POST accepts `Idempotency-Key`. Responses carry `ratelimit-*` headers."
   )
-  .annotate(OpenApi.Transform, dropBuiltinDecodeError)
+  .annotate(OpenApi.Transform, (spec) => withWebhooks(dropBuiltinDecodeError(spec)))
 {}

@@ -80,6 +80,9 @@ import { RoutesHttpLive } from "./routes/Http.js"
 import { RoutesRepo } from "./routes/Repo.js"
 import { ServiceHttpLive } from "./service/Http.js"
 import { ServiceRoutesLive } from "./service/Routes.js"
+import { EventsHttpLive } from "./events/Http.js"
+import { McpHttpLive } from "./mcp/Http.js"
+import { EventLogMaintenanceLive } from "./events/Log.js"
 
 export { loggerLayer } from "./platform/Logging.js"
 
@@ -158,7 +161,8 @@ const AreaHandlers = [
   DemoHttpLive,
   ThreadsHttpLive,
   SearchHttpLive,
-  SendingHttpLive
+  SendingHttpLive,
+  EventsHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
@@ -166,9 +170,10 @@ export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
   Layer.provide(AuthenticationLive)
 )
 
-/** Routes outside `/v1`: the reference, discovery documents and the browser pages. */
+/** Routes outside `/v1`: the reference, discovery documents, the MCP endpoint and the browser pages. */
 const PagesLive = Layer.mergeAll(
   ServiceRoutesLive,
+  McpHttpLive.pipe(Layer.provide([AuthenticationLive, HttpApiBuilder.Middleware.layer])),
   Layer.mergeAll(DevicePageLive, ClaimPageLive).pipe(Layer.provide([IdentityServicesLive, DeviceWeb.Default]))
 )
 
@@ -204,7 +209,8 @@ const AreaWorkers = [
   PaymentEmailWorkersLive(),
   // Payments a stopped process left settling, ended from what the chain says.
   SettlementReconcilerLive(),
-  ProcessStatsLive
+  ProcessStatsLive,
+  EventLogMaintenanceLive
 ] as const
 
 /** The whole service over an AppConfig. */

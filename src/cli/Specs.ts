@@ -544,6 +544,18 @@ export const listen = leaf({
   examples: ["mailroom listen --forward-to http://localhost:8000/webhooks", "mailroom listen -f http://localhost:8000/webhooks --json"]
 })
 
+// --- mcp ---------------------------------------------------------------------------------------
+
+export const mcp = leaf({
+  name: "mcp",
+  summary: "Serve Mailroom's MCP tools over stdio, with this profile's credential",
+  description: "For an MCP client that starts servers as commands (stdio). The tools are the ones of the service's " +
+    "`/mcp` endpoint; each call is the API request it names, made with this profile's credential. Runs until stdin closes.",
+  flags: {},
+  args: {},
+  examples: ["mailroom mcp", "MAILROOM_API_KEY=mr_live_… mailroom mcp"]
+})
+
 // --- functions ---------------------------------------------------------------------------------
 
 const secret = many("secret", "NAME=VALUE", "a secret the function reads from `env`; `NAME=` with nothing after removes it")

@@ -233,7 +233,8 @@ export const root: Group = group(
       cmd(S.paymentsList, () => payments().then((m) => m.list)),
       cmd(S.paymentsGet, () => payments().then((m) => m.get))
     ]),
-    cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen))
+    cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen)),
+    cmd(S.mcp, () => import("./commands/mcp.js").then((m) => m.mcp))
   ]
 )
 

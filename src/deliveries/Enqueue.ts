@@ -3,7 +3,8 @@
  * default → organization fallback (resolved with the recipient at RCPT time), then the
  * organization's filters, then the endpoint's rules and `event_types`. A match enqueues one delivery
  * with its event payload built once (stable event id), in the very statement that stores the email.
- * No match: the email stays visible through the API.
+ * No match: the email stays visible through the API, and its event goes to the organization's event
+ * log only (the `/v1/events` stream).
  */
 import { Effect, Layer, Option } from "effect"
 import { downloadUrls } from "../emails/Http.js"
@@ -15,6 +16,7 @@ import { AppConfig } from "../platform/Config.js"
 import { RegistryDirectory, type VerifiedSender } from "../registries/Directory.js"
 import { verifyCommand } from "../wake/Message.js"
 import { buildEmailEvent, newEventId, type RegistrySender, serializeEvent, type WakePayload } from "../webhooks/Payload.js"
+import { EventLog } from "../events/Log.js"
 import { DeliveryQueue } from "./Queue.js"
 
 export const senderOf = (m: InboundMessage) => m.parsed.from?.address ?? m.envelopeFrom ?? ""
@@ -33,6 +35,7 @@ export const OnEmailStoredLive = Layer.effect(
     const config = yield* AppConfig
     const directory = yield* RegistryDirectory
     const secrets = yield* WebhookSecrets
+    const log = yield* EventLog
 
     /**
      * The `wake` object of a `wake.command`: what the command says, and `verified` when the
@@ -76,23 +79,22 @@ export const OnEmailStoredLive = Layer.effect(
     return (email: StoredEmail, message: InboundMessage) =>
       Effect.gen(function*() {
         const destination = email.recipient.resolution.endpoint
-        if (Option.isNone(destination)) return Option.none()
-        const endpoint = destination.value
         const sender = senderOf(message)
         const senders = yield* verifiedSendersOf(message)
         const registries = senders.map((s) => s.registry)
+        // Filtered mail is no event at all; an endpoint's own rules only decide its delivery.
         if (!evaluateFilters(email.recipient.filters, sender, registries).allowed) return Option.none()
         const p = message.parsed
         const attachmentBytes = p.attachments.reduce((n, a) => n + a.size_bytes, 0)
         const eventType = eventOf(email.recipient, message)
-        const verdict = evaluateRules(endpoint.rules, {
-          sender,
-          sizeBytes: message.raw.length,
-          attachmentBytes,
-          attachmentCount: p.attachments.length,
-          eventType
-        })
-        if (!verdict.deliver) return Option.none()
+        const endpoint = Option.filter(destination, (e) =>
+          evaluateRules(e.rules, {
+            sender,
+            sizeBytes: message.raw.length,
+            attachmentBytes,
+            attachmentCount: p.attachments.length,
+            eventType
+          }).deliver)
         const urls = yield* downloadUrls(config.publicBaseUrl, email.id, p.attachments.length).pipe(
           Effect.provideService(DownloadTokens, tokens)
         )
@@ -132,17 +134,20 @@ export const OnEmailStoredLive = Layer.effect(
             attachments_url: urls.attachments
           }
         })
+        const payload = serializeEvent(event)
+        // A delivered event is logged from its delivery row (migrations/0140); one without carries its payload.
+        if (Option.isNone(endpoint)) return Option.some(log.appendStatement({ orgId: email.orgId, eventId, eventType, payload }))
         return Option.some(queue.enqueueStatement({
           orgId: email.orgId,
           emailId: email.id,
-          endpointId: endpoint.id,
+          endpointId: endpoint.value.id,
           eventId,
           eventType,
-          payload: serializeEvent(event),
+          payload,
           sender,
           recipient: email.recipient.address,
           subject: p.subject ?? ""
         }))
       })
   })
-)
+).pipe(Layer.provide(EventLog.Default))

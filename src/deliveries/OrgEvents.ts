@@ -12,8 +12,10 @@
  * the sender and size rules apply to mail only.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Either, Schema } from "effect"
+import { schemaOf } from "../webhooks/Events.js"
 import { newEventId } from "../webhooks/Payload.js"
+import { EventLog } from "../events/Log.js"
 import { DeliveryQueue } from "./Queue.js"
 
 export interface OrgEvent {
@@ -24,10 +26,24 @@ export interface OrgEvent {
   readonly createdAt: Date
 }
 
+/**
+ * The body encoded with its type's published schema (src/webhooks/Events.ts). A body that does not
+ * fit is logged and sent as it is: the event is never lost over its documentation.
+ */
+const encoded = (body: { readonly event: string } & Record<string, unknown>) => {
+  const schema = schemaOf(body.event)
+  if (schema === undefined) return Effect.as(Effect.logError(`event type ${body.event} has no published schema`), body)
+  return Either.match(Schema.encodeUnknownEither(schema)(body), {
+    onLeft: (e) => Effect.as(Effect.logError(`event ${body.event} does not fit its published schema`, e), body),
+    onRight: (value) => Effect.succeed(value)
+  })
+}
+
 export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const queue = yield* DeliveryQueue
+    const log = yield* EventLog
 
     /**
      * Enqueues the event for each subscribed endpoint, on the caller's connection (so inside its
@@ -45,8 +61,12 @@ export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents",
             )
           ORDER BY created_at, id`
         const eventId = newEventId()
-        if (endpoints.length === 0) return { eventId, deliveries: 0 }
-        const payload = JSON.stringify({ id: eventId, event: event.eventType, created_at: event.createdAt.toISOString(), ...event.data })
+        const payload = JSON.stringify(yield* encoded({ id: eventId, event: event.eventType, created_at: event.createdAt.toISOString(), ...event.data }))
+        // Without a subscribed endpoint the event still reaches the organization's event log.
+        if (endpoints.length === 0) {
+          yield* log.appendStatement({ orgId: event.orgId, eventId, eventType: event.eventType, payload })
+          return { eventId, deliveries: 0 }
+        }
         for (const endpoint of endpoints) {
           yield* queue.enqueueStatement({
             orgId: event.orgId,
@@ -64,5 +84,6 @@ export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents",
       }).pipe(Effect.orDie)
 
     return { emit } as const
-  })
+  }),
+  dependencies: [EventLog.Default]
 }) {}

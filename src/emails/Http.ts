@@ -21,7 +21,7 @@ import { Credentials } from "../platform/Credentials.js"
 import { setHeader } from "../platform/HttpHeaders.js"
 import type { Email, EmailSummary } from "./Api.js"
 import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
-import { EmailsRepo, type SummaryRow } from "./Repo.js"
+import { type EmailRow, EmailsRepo, type SummaryRow } from "./Repo.js"
 
 export const toSummary = (row: SummaryRow): EmailSummary => ({
   id: row.id,
@@ -61,6 +61,25 @@ export const downloadUrls = (base: string, emailId: string, attachments: number)
     }
   })
 
+/** One received email as the API shows it (`GET /emails/{id}`), with fresh download links. */
+export const toEmail = (base: string, row: EmailRow & { text_body: string | null; html_body: string | null }) =>
+  Effect.map(downloadUrls(base, row.id, row.attachments.length), (urls): Email => ({
+    ...toSummary(row),
+    in_reply_to: row.in_reply_to,
+    references: row.references,
+    headers: row.headers,
+    text: row.content_discarded_at === null ? row.text_body : null,
+    html: row.content_discarded_at === null ? row.html_body : null,
+    attachments: row.attachments.map((a, i) => ({
+      filename: a.filename,
+      content_type: a.content_type,
+      size_bytes: a.size_bytes,
+      download_url: urls.each[i]!
+    })),
+    raw_url: urls.raw,
+    attachments_url: urls.attachments
+  }))
+
 export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* EmailsRepo
@@ -97,26 +116,7 @@ export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handl
         Effect.gen(function*() {
           const { orgId } = yield* CurrentPrincipal
           const row = yield* Effect.flatten(repo.find(orgId, path.id)).pipe(Effect.mapError(() => notFound))
-          const urls = yield* downloadUrls(config.publicBaseUrl, row.id, row.attachments.length).pipe(
-            Effect.provideService(DownloadTokens, tokens)
-          )
-          const email: Email = {
-            ...toSummary(row),
-            in_reply_to: row.in_reply_to,
-            references: row.references,
-            headers: row.headers,
-            text: row.content_discarded_at === null ? row.text_body : null,
-            html: row.content_discarded_at === null ? row.html_body : null,
-            attachments: row.attachments.map((a, i) => ({
-              filename: a.filename,
-              content_type: a.content_type,
-              size_bytes: a.size_bytes,
-              download_url: urls.each[i]!
-            })),
-            raw_url: urls.raw,
-            attachments_url: urls.attachments
-          }
-          return email
+          return yield* toEmail(config.publicBaseUrl, row).pipe(Effect.provideService(DownloadTokens, tokens))
         }))
       .handle("delete", ({ path }) =>
         Effect.gen(function*() {

@@ -13,6 +13,8 @@ import { Authentication } from "../contract/Security.js"
 export const LISTEN_SESSION_TTL_SECONDS = 120
 export const LISTEN_MAX_WAIT_SECONDS = 30
 export const LISTEN_MAX_ACTIVE_SESSIONS = 10
+/** Requests of one organization that may wait for events at once (per process). */
+export const LISTEN_MAX_WAITS_PER_ORG = 10
 
 export const ListenSession = Schema.Struct({
   id: Schema.UUID,

@@ -11,14 +11,20 @@
  *
  * Concurrent waits are capped per organization (LISTEN_MAX_WAITS_PER_ORG, per process): a poll
  * over the cap is refused at once rather than holding a request open.
+ *
+ * Readers of the organization's event log (the `/v1/events` stream, waiting for an email) wait here
+ * too, on the same cap: the log's trigger NOTIFYs `events:<org id>` on the same channel, and on PGlite
+ * the watcher's one query per interval also reads the log's newest position.
  */
 import { PgClient } from "@effect/sql-pg"
 import { SqlClient } from "@effect/sql"
 import { Clock, Deferred, Duration, Effect, Metric, Option, Schedule, Stream } from "effect"
 import { DatabaseKind } from "../platform/Database.js"
+import { LISTEN_MAX_WAITS_PER_ORG } from "./Api.js"
+
+export { LISTEN_MAX_WAITS_PER_ORG } from "./Api.js"
 
 export const LISTEN_NOTIFY_CHANNEL = "mailroom_listen"
-export const LISTEN_MAX_WAITS_PER_ORG = 10
 const EMBEDDED_WATCH_MS = 250
 const SERVER_WATCH_MS = 2000
 
@@ -27,9 +33,12 @@ export const listenWatchQueries = Metric.counter("mailroom_listen_watch_queries"
 
 interface Waiter {
   readonly orgId: string
-  readonly sessionId: string
+  /** A listen session's poll; null for a reader of the organization's event log. */
+  readonly sessionId: string | null
   readonly woken: Deferred.Deferred<void>
 }
+
+const EVENTS_PREFIX = "events:"
 
 export class ListenWakeups extends Effect.Service<ListenWakeups>()("mailroom/ListenWakeups", {
   scoped: Effect.gen(function*() {
@@ -42,14 +51,26 @@ export class ListenWakeups extends Effect.Service<ListenWakeups>()("mailroom/Lis
     const wake = (match: (w: Waiter) => boolean) =>
       Effect.forEach([...waiters].filter(match), (w) => Deferred.succeed(w.woken, undefined), { discard: true })
 
+    // The event log's newest position at the last watch: readers are woken when it moves.
+    let logPosition: string | undefined
     const watch = Effect.gen(function*() {
       if (waiters.size === 0) return
-      const ids = [...new Set([...waiters].map((w) => w.sessionId))]
+      const ids = [...new Set([...waiters].flatMap((w) => (w.sessionId === null ? [] : [w.sessionId])))]
       yield* Metric.increment(listenWatchQueries)
-      const rows = yield* sql<{ session_id: string }>`
-        SELECT DISTINCT session_id FROM listen_events WHERE session_id IN ${sql.in(ids)}`
-      const ready = new Set(rows.map((r) => r.session_id))
-      if (ready.size > 0) yield* wake((w) => ready.has(w.sessionId))
+      if (ids.length > 0) {
+        const rows = yield* sql<{ session_id: string }>`
+          SELECT DISTINCT session_id FROM listen_events WHERE session_id IN ${sql.in(ids)}`
+        const ready = new Set(rows.map((r) => r.session_id))
+        if (ready.size > 0) yield* wake((w) => w.sessionId !== null && ready.has(w.sessionId))
+      }
+      if (ids.length < waiters.size) {
+        const rows = yield* sql<{ seq: string }>`SELECT coalesce(max(seq), 0)::text AS seq FROM org_events`
+        const now = rows[0]?.seq
+        if (now !== logPosition) {
+          logPosition = now
+          yield* wake((w) => w.sessionId === null)
+        }
+      }
     })
     yield* watch.pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("listen watcher query failed", cause)),
@@ -61,7 +82,11 @@ export class ListenWakeups extends Effect.Service<ListenWakeups>()("mailroom/Lis
       const pg = yield* Effect.serviceOption(PgClient.PgClient)
       if (Option.isSome(pg)) {
         yield* pg.value.listen(LISTEN_NOTIFY_CHANNEL).pipe(
-          Stream.runForEach((orgId) => wake((w) => w.orgId === orgId)),
+          Stream.runForEach((payload) =>
+            payload.startsWith(EVENTS_PREFIX)
+              ? wake((w) => w.sessionId === null && w.orgId === payload.slice(EVENTS_PREFIX.length))
+              : wake((w) => w.sessionId !== null && w.orgId === payload)
+          ),
           Effect.retry(Schedule.spaced("1 second")),
           Effect.catchAllCause((cause) => Effect.logWarning("listen LISTEN stopped", cause)),
           Effect.forkScoped
@@ -92,7 +117,7 @@ export class ListenWakeups extends Effect.Service<ListenWakeups>()("mailroom/Lis
      * until a wake-up. The waiter is registered before each try, so a copy queued between a try and
      * the sleep still wakes it.
      */
-    const poll = <A, E, R>(orgId: string, sessionId: string, deadline: number, take: Effect.Effect<ReadonlyArray<A>, E, R>) =>
+    const poll = <A, E, R>(orgId: string, sessionId: string | null, deadline: number, take: Effect.Effect<ReadonlyArray<A>, E, R>) =>
       Effect.gen(function*() {
         while (true) {
           const waiter: Waiter = { orgId, sessionId, woken: yield* Deferred.make<void>() }
@@ -108,6 +133,10 @@ export class ListenWakeups extends Effect.Service<ListenWakeups>()("mailroom/Lis
         }
       })
 
-    return { slot, poll } as const
+    /** `poll` for a reader of the organization's event log: woken when the log may have grown. */
+    const pollEvents = <A, E, R>(orgId: string, deadline: number, take: Effect.Effect<ReadonlyArray<A>, E, R>) =>
+      poll(orgId, null, deadline, take)
+
+    return { slot, poll, pollEvents } as const
   })
 }) {}

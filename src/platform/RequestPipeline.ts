@@ -38,7 +38,7 @@ export const isDemo = (path: string) => path.startsWith("/v1/demo/")
  */
 export const isExempt = (method: string, path: string) =>
   path === "/v1/health" || path === "/v1/openapi.json" || path === "/v1/discovery" || path === "/docs" || path.startsWith("/docs/") ||
-  path === "/auth.md" || path.startsWith("/.well-known/") ||
+  path === "/auth.md" || path === "/llms.txt" || path.startsWith("/.well-known/") ||
   (method === "GET" && path.startsWith("/device/assets/"))
 
 /** Largest request body the API reads. */
@@ -48,8 +48,9 @@ export const FUNCTIONS_MAX_BODY_BYTES = 8 * 1024 * 1024
 /** Outgoing mail carries up to 10 MiB of attachments, base64-encoded in the JSON body. */
 export const SEND_MAX_BODY_BYTES = 16 * 1024 * 1024
 const SENDS = /^\/v1\/(send-mail|emails\/[^/]+\/reply)$/
+/** The MCP endpoint carries what the operations its tools call carry (sends, function code). */
 const bodyLimitOf = (path: string) =>
-  path.startsWith("/v1/functions") ? FUNCTIONS_MAX_BODY_BYTES : SENDS.test(path) ? SEND_MAX_BODY_BYTES : MAX_BODY_BYTES
+  path.startsWith("/v1/functions") ? FUNCTIONS_MAX_BODY_BYTES : SENDS.test(path) || path === "/mcp" ? SEND_MAX_BODY_BYTES : MAX_BODY_BYTES
 
 const json = (body: unknown, status: number, headers: Record<string, string>) =>
   HttpServerResponse.unsafeJson(body, { status, headers })
@@ -225,6 +226,32 @@ export const requestPipeline = (
     const declared = Number(request.headers["content-length"] ?? 0)
     return declared > bodyLimitOf(path) ? HttpServerResponse.setHeader(final, "connection", "close") : final
   })
+}
+
+/**
+ * Runs one more request inside a request already admitted for `principal` (a tool call of the MCP
+ * endpoint, which speaks for an operation of the API): not counted again, but idempotent exactly
+ * as the same request sent to `/v1` would be, and with its own pre-response hooks.
+ */
+export const dispatchAdmitted = (
+  app: App,
+  request: HttpServerRequest.HttpServerRequest,
+  principal: Principal,
+  createsResource: CreatesResource
+): Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Services | Idempotency> => {
+  const method = request.method.toUpperCase()
+  const path = pathOf(request.url)
+  const scope = `org:${principal.orgId}`
+  const keyed = method === "POST" && path.startsWith("/v1/") &&
+    (request.headers["idempotency-key"] !== undefined || createsResource(method, path))
+  const run = keyed
+    ? idempotent(app, request, scope, `${scope}:${principal.credential.kind}:${principal.credential.id}`, false, method, path)
+    : app
+  return Effect.flatMap(run, (response) => finalize(request, response)).pipe(
+    Effect.provideService(HttpServerRequest.HttpServerRequest, request),
+    HttpIncomingMessage.withMaxBodySize(Option.some(bodyLimitOf(path))),
+    Effect.locally(HttpApp.currentPreResponseHandlers, Option.none())
+  )
 }
 
 const limited = (decision: Decision) =>

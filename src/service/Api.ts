@@ -24,6 +24,8 @@ export const Discovery = Schema.Struct({
   openapi_url: Schema.String,
   docs_url: Schema.String,
   auth_md_url: Schema.String,
+  llms_txt_url: Schema.String.annotations({ description: "an overview for language models (llmstxt.org), generated from the OpenAPI document and /auth.md" }),
+  mcp_url: Schema.String.annotations({ description: "the Model Context Protocol endpoint (Streamable HTTP, the same credentials)" }),
   protected_resource_metadata_url: Schema.String,
   authentication: Schema.Struct({
     scheme: Schema.Literal("Bearer"),

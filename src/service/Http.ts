@@ -71,6 +71,8 @@ export const ServiceHttpLive = HttpApiBuilder.group(MailroomApi, "service", (han
           openapi_url: `${base}/v1/openapi.json`,
           docs_url: `${base}/docs`,
           auth_md_url: `${base}/auth.md`,
+          llms_txt_url: `${base}/llms.txt`,
+          mcp_url: `${base}/mcp`,
           protected_resource_metadata_url: `${base}/.well-known/oauth-protected-resource`,
           authentication: {
             scheme: "Bearer" as const,

@@ -8,6 +8,8 @@ import { Effect } from "effect"
 import { MailroomApi } from "../Api.js"
 import { AppConfig } from "../platform/Config.js"
 import { PREFIX } from "../platform/Secrets.js"
+import { TOOLS } from "../mcp/Tools.js"
+import { llmsTxt } from "./LlmsTxt.js"
 import { docsContentSecurityPolicy, docsPage, scalarBundle, staticAsset } from "./Docs.js"
 
 export const authMarkdown = (base: string) => `# Mailroom: getting a credential
@@ -67,7 +69,8 @@ The CLI flavour is \`/v1/cli/signup/start\`, \`/resend\` and \`/verify\`.
   \`Retry-After\`). Every POST accepts \`Idempotency-Key\` so retries are safe.
 - Errors are \`{"success": false, "error": {"code", "message", "details"?, "gates"?}}\`: branch on \`code\`.
 
-Machine-readable: \`${base}/v1/discovery\` (public operations), \`${base}/v1/openapi.json\`, docs at \`${base}/docs\`.
+Machine-readable: \`${base}/v1/discovery\` (public operations), \`${base}/v1/openapi.json\`, docs at \`${base}/docs\`,
+an overview for language models at \`${base}/llms.txt\`, and MCP tools at \`${base}/mcp\`.
 `
 
 export const protectedResourceMetadata = (base: string) => ({
@@ -96,6 +99,8 @@ export const rootDocument = (base: string) => ({
   discovery: `${base}/v1/discovery`,
   auth: `${base}/auth.md`,
   openapi: `${base}/v1/openapi.json`,
+  llms_txt: `${base}/llms.txt`,
+  mcp: `${base}/mcp`,
   health: `${base}/v1/health`
 })
 
@@ -118,6 +123,8 @@ export const ServiceRoutesLive = HttpApiBuilder.Router.use((router) =>
       HttpServerResponse.json(authorizationServerMetadata(base))
     )
     yield* router.get("/v1/openapi.json", HttpServerResponse.json(spec))
+    const llms = llmsTxt(base, spec as Parameters<typeof llmsTxt>[1], markdown, TOOLS)
+    yield* router.get("/llms.txt", Effect.succeed(HttpServerResponse.text(llms, { contentType: "text/markdown; charset=utf-8" })))
     yield* router.get("/", HttpServerResponse.json(rootDocument(base)))
 
     const script = staticAsset(scalarBundle(), "text/javascript; charset=utf-8", {

@@ -3,7 +3,9 @@
  * `{id: "evt_…", event, created_at, email: {…}}`. `id` is the event id, stable across retries and
  * replays, so the caller builds it once and stores the serialized body.
  */
+import { Schema } from "effect"
 import { randomToken } from "../platform/Secrets.js"
+import { EmailEventSchema } from "./Events.js"
 
 export const TEXT_LIMIT_BYTES = 256 * 1024
 
@@ -116,8 +118,15 @@ export const buildEmailEvent = (input: {
   }
 }
 
-/** The serialized body that is signed and sent: the exact bytes matter for the signature. */
-export const serializeEvent = (event: EmailEvent) => JSON.stringify(event)
+type Exact<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
+/** The payload built here and the published schema it is encoded with are one shape (a field added to one only fails to compile). */
+const _emailEventIsExact: Exact<typeof EmailEventSchema.Type, EmailEvent> = true
+void _emailEventIsExact
+
+const encodeEmailEvent = Schema.encodeSync(EmailEventSchema)
+
+/** The serialized body that is signed and sent (encoded with the published schema): the exact bytes matter for the signature. */
+export const serializeEvent = (event: EmailEvent) => JSON.stringify(encodeEmailEvent(event))
 
 /** A synthetic `email.received` for endpoint test sends; ids and URLs are recognisably fake. */
 export const syntheticEmailReceived = (input: {

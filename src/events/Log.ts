@@ -1,0 +1,105 @@
+/**
+ * The organization's event log (migrations/0140): what `GET /v1/events` streams and resumes from.
+ *
+ * Written on the ingest path as cheaply as possible: an event that gets a delivery is logged by a
+ * trigger on `deliveries` (its payload stays there); an event without one is one small INSERT
+ * embedded in the statement that stores what it reports. Read in (xid, seq) order up to the oldest
+ * running transaction, so a reader never passes a position a late commit could still fill.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect, Layer, Schedule } from "effect"
+import { EVENT_LOG_RETENTION_HOURS } from "./Api.js"
+
+/** Rows read per step of a stream. */
+const PAGE = 200
+
+/** A position in the log: after (xid, seq). */
+export interface Position {
+  readonly xid: string
+  readonly seq: string
+}
+
+export interface LoggedEvent {
+  readonly position: Position
+  readonly eventId: string
+  readonly eventType: string
+  /** The exact webhook body; null when its delivery (and so the payload) was deleted since. */
+  readonly payload: string | null
+}
+
+export interface NewLogEntry {
+  readonly orgId: string
+  readonly eventId: string
+  readonly eventType: string
+  readonly payload: string
+}
+
+const MAX_SEQ = "9223372036854775807"
+
+export class EventLog extends Effect.Service<EventLog>()("mailroom/EventLog", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    /** An event without a delivery, as a statement to run in the transaction that reports it. */
+    const appendStatement = (e: NewLogEntry) =>
+      sql`INSERT INTO org_events (org_id, event_id, event_type, payload)
+          VALUES (${e.orgId}, ${e.eventId}, ${e.eventType}, ${e.payload})
+          ON CONFLICT (org_id, event_id) DO NOTHING`
+
+    /** Everything already committed is behind this position: a new reader starts here. */
+    const head = sql<{ xmin: string }>`SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin`.pipe(
+      Effect.map((rows): Position => ({ xid: String(BigInt(rows[0]!.xmin) - 1n), seq: MAX_SEQ })),
+      Effect.orDie
+    )
+
+    /** The position of one of the organization's events (a `Last-Event-ID`), if it is still kept. */
+    const positionOf = (orgId: string, eventId: string) =>
+      sql<{ xid: string; seq: string }>`
+        SELECT xid::text, seq::text FROM org_events WHERE org_id = ${orgId} AND event_id = ${eventId}`.pipe(
+        Effect.map((rows) => (rows[0] === undefined ? undefined : ({ xid: rows[0].xid, seq: rows[0].seq } as Position))),
+        Effect.orDie
+      )
+
+    /** The next events after `after`, oldest first, of the given types (all when empty). */
+    const after = (orgId: string, after: Position, types: ReadonlyArray<string>) =>
+      sql<{ xid: string; seq: string; event_id: string; event_type: string; payload: string | null }>`
+        SELECT e.xid::text, e.seq::text, e.event_id, e.event_type, coalesce(e.payload, d.payload) AS payload
+        FROM org_events e LEFT JOIN deliveries d ON d.id = e.delivery_id
+        WHERE e.org_id = ${orgId}
+          AND (e.xid, e.seq) > (${after.xid}::bigint, ${after.seq}::bigint)
+          AND e.xid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+          ${types.length > 0 ? sql`AND e.event_type IN ${sql.in(types)}` : sql``}
+        ORDER BY e.xid, e.seq
+        LIMIT ${PAGE}`.pipe(
+        Effect.map((rows) =>
+          rows.map((r): LoggedEvent => ({
+            position: { xid: r.xid, seq: r.seq },
+            eventId: r.event_id,
+            eventType: r.event_type,
+            payload: r.payload
+          }))
+        ),
+        Effect.orDie
+      )
+
+    const prune = sql`
+      DELETE FROM org_events WHERE seq IN (
+        SELECT seq FROM org_events
+        WHERE created_at < now() - make_interval(hours => ${EVENT_LOG_RETENTION_HOURS}) LIMIT 5000)`
+
+    return { appendStatement, head, positionOf, after, prune } as const
+  })
+}) {}
+
+/** Removes events past their retention, every ten minutes, in every process (idempotent). */
+export const EventLogMaintenanceLive = Layer.scopedDiscard(
+  Effect.gen(function*() {
+    const log = yield* EventLog
+    yield* log.prune.pipe(
+      Effect.catchAllCause((cause) => Effect.logWarning("event log prune failed", cause)),
+      Effect.repeat(Schedule.spaced("10 minutes")),
+      Effect.delay("30 seconds"),
+      Effect.forkScoped
+    )
+  })
+).pipe(Layer.provide(EventLog.Default))

@@ -1,0 +1,94 @@
+/**
+ * `/mcp`: the Model Context Protocol over Streamable HTTP (JSON responses, no sessions), on
+ * @effect/ai's McpServer. Each POST is one request of the API's pipeline (counted on the
+ * organization's window, its credential resolved once); a missing or bad credential is the same 401
+ * as `/v1`'s. A tool call runs its operation's request through the API's own router in process, so
+ * validation, handlers, scopes, errors and idempotency are the operation's; its result is the
+ * operation's response body, and an error answers `isError: true` with the error envelope.
+ */
+import type { CallToolResult } from "@effect/ai/McpSchema"
+import * as McpServer from "@effect/ai/McpServer"
+import { HttpApi, HttpApiBuilder, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import * as RpcSerialization from "@effect/rpc/RpcSerialization"
+import * as RpcServer from "@effect/rpc/RpcServer"
+import { Effect, FiberRef, Layer, Option, Redacted } from "effect"
+import { envelopeOf, InternalError, MethodNotAllowed } from "../contract/Errors.js"
+import { Authentication } from "../contract/Security.js"
+import { VERSION } from "../contract/Version.js"
+import { creatingOperations, Idempotency } from "../platform/Idempotency.js"
+import { ResolvedPrincipal } from "../platform/RequestContext.js"
+import { dispatchAdmitted } from "../platform/RequestPipeline.js"
+import { failure, OUTPUT_SCHEMAS, registerTools, resultOf } from "./Register.js"
+import { withOutputSchemas } from "./Serialization.js"
+
+export const MCP_PATH = "/mcp"
+
+const decoder = new TextDecoder()
+
+/** The tools, each calling its operation through the API's router. */
+const ToolsLive = Layer.effectDiscard(Effect.gen(function*() {
+  const { api } = yield* HttpApi.Api
+  const createsResource = creatingOperations(api)
+  const context = yield* Effect.context<HttpApiBuilder.Router | HttpApi.Api | HttpApiBuilder.Middleware>()
+  const idempotency = yield* Idempotency
+  // Built at the first call, when every route has been registered.
+  const app = yield* Effect.cached(
+    HttpApiBuilder.httpApp.pipe(HttpRouter.withRouterConfig({ maxParamLength: 4096 }), Effect.provide(context))
+  )
+  yield* registerTools((_spec, req) =>
+    // The HTTP services (request, platform) are the POST's own: the handler runs in its context.
+    Effect.gen(function*() {
+      const outer = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
+      const principal = Option.flatten(yield* FiberRef.get(ResolvedPrincipal))
+      if (Option.isNone(outer) || Option.isNone(principal)) {
+        return failure(envelopeOf(new InternalError({ message: "the tool call arrived without its request" })))
+      }
+      const headers: Record<string, string> = { authorization: outer.value.headers["authorization"] ?? "", accept: "application/json" }
+      if (req.body !== undefined) headers["content-type"] = "application/json"
+      if (req.idempotencyKey !== undefined) headers["idempotency-key"] = req.idempotencyKey
+      const request = HttpServerRequest.fromWeb(
+        new Request(`http://mailroom.internal${req.url}`, { method: req.method, headers, ...(req.body !== undefined ? { body: req.body } : {}) })
+      ).modify(Option.match(outer.value.remoteAddress, { onNone: () => ({}), onSome: (remoteAddress) => ({ remoteAddress }) }))
+      const response = yield* dispatchAdmitted(yield* app, request, principal.value, createsResource)
+      return resultOf(response.status, response.body._tag === "Uint8Array" ? decoder.decode(response.body.body) : undefined)
+    }).pipe(Effect.provideService(Idempotency, idempotency)) as Effect.Effect<CallToolResult, unknown>
+  )
+}))
+
+/** POST /mcp for the McpServer's JSON-RPC, behind the bearer check; other methods 405. */
+const ProtocolLive = Layer.effect(
+  RpcServer.Protocol,
+  Effect.gen(function*() {
+    const { httpApp, protocol } = yield* RpcServer.makeProtocolWithHttpApp
+    const auth = yield* Authentication
+    const router = yield* HttpApiBuilder.Router
+    const post = Effect.gen(function*() {
+      const checked = yield* Effect.either(auth.bearer(Redacted.make("")))
+      if (checked._tag === "Left") {
+        return HttpServerResponse.unsafeJson(envelopeOf(checked.left), { status: 401 })
+      }
+      const response = yield* httpApp
+      // Only notifications or responses were posted: nothing to answer (Streamable HTTP: 202).
+      const empty = response.body._tag === "Uint8Array" && decoder.decode(response.body.body).trim().replace(/^\[\]$/, "") === ""
+      return empty ? HttpServerResponse.empty({ status: 202 }) : response
+    })
+    const notAllowed = HttpServerResponse.unsafeJson(
+      envelopeOf(new MethodNotAllowed({ message: "the MCP endpoint takes POST (Streamable HTTP, JSON responses); it opens no event stream", details: { allowed: ["POST"] } })),
+      { status: 405, headers: { allow: "POST" } }
+    )
+    yield* router.post(MCP_PATH, Effect.scoped(post))
+    yield* router.get(MCP_PATH, Effect.succeed(notAllowed))
+    yield* router.del(MCP_PATH, Effect.succeed(notAllowed))
+    return protocol
+  })
+).pipe(
+  Layer.provide(Layer.succeed(RpcSerialization.RpcSerialization, withOutputSchemas(RpcSerialization.jsonRpc(), OUTPUT_SCHEMAS))),
+  Layer.provide(HttpApiBuilder.Router.Live)
+)
+
+/** The MCP server with every tool, served at `/mcp` on the API's router. */
+export const McpHttpLive = ToolsLive.pipe(
+  Layer.provide(McpServer.layer({ name: "mailroom", version: VERSION })),
+  Layer.provide(ProtocolLive),
+  Layer.provide(HttpApiBuilder.Router.Live)
+)

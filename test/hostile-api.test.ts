@@ -13,8 +13,8 @@ import { Arbitrary, Cause, Effect, Either, Exit, FastCheck as fc, Layer, Option,
 import { MailroomApi } from "../src/Api.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { MAX_BODY_BYTES } from "../src/platform/RequestPipeline.js"
-import { makeManualClock, testDatabase, testServerOn } from "./support/harness.js"
-import { call } from "./support/http.js"
+import { makeManualClock, testDatabase, TestServer, testServerOn } from "./support/harness.js"
+import { call, type Reply } from "./support/http.js"
 
 const clock = makeManualClock()
 const Env = Provisioning.Default.pipe(
@@ -178,6 +178,46 @@ const paramValue = fc.oneof(
   { weight: 2, arbitrary: hostileString },
   { weight: 1, arbitrary: fc.constantFrom("[".repeat(500), "{\"a\":".repeat(300), "-1", "0", "101", "1e309", "true") }
 )
+
+/**
+ * The two operations that hold a request open by design: the event stream (answered with its headers,
+ * then never ends) and waiting for mail (answers when mail arrives or its timeout, on the service's clock,
+ * passes). A stream that opens with 200 and `text/event-stream` is an answer; the wait is given a zero
+ * timeout unless the fuzz chose one, and an answer still pending after a few seconds is a valid wait.
+ */
+const isLongLived = (path: string) => path.endsWith("/events") || path.endsWith("/emails/wait")
+
+const callBounded = (method: string, path: string, token: string) =>
+  Effect.flatMap(TestServer, (server) =>
+    Effect.promise(async (): Promise<Reply | "held"> => {
+      const abort = new AbortController()
+      const timer = setTimeout(() => abort.abort(), 5_000)
+      try {
+        const res = await fetch(`${server.baseUrl}${path}`, {
+          method,
+          headers: { authorization: `Bearer ${token}`, accept: "text/event-stream" },
+          signal: abort.signal
+        })
+        if (res.status === 200 && (res.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
+          abort.abort()
+          return { status: 200, headers: res.headers, text: "", body: { data: "stream" } }
+        }
+        const text = await res.text()
+        let body: unknown
+        try {
+          body = text.length > 0 ? JSON.parse(text) : undefined
+        } catch {
+          body = undefined
+        }
+        return { status: res.status, headers: res.headers, text, body }
+      } catch (e) {
+        if (abort.signal.aborted) return "held"
+        throw e
+      } finally {
+        clearTimeout(timer)
+      }
+    })
+  )
 
 const isEnvelope = (status: number, body: unknown, text: string) => {
   if (status === 204) return text === ""
@@ -344,6 +384,17 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
             const search = Object.entries(query).map(([k, v]) => `${encodeSegment(k)}=${encodeSegment(v)}`).join("&")
             const path = `${pathFor(op.path, id)}${search === "" ? "" : `?${search}`}`
             if (process.env.HOSTILE_TRACE) console.error(`→ ${op.method} ${path.slice(0, 100)}`)
+            if (isLongLived(op.path)) {
+              const waitQuery = op.path.endsWith("/emails/wait") && !("timeout_seconds" in query)
+                ? `${search === "" ? "?" : "&"}timeout_seconds=0`
+                : ""
+              const held = yield* callBounded(op.method, `${path}${waitQuery}`, apiKey)
+              if (held === "held") continue
+              if (held.status >= 500 || !isEnvelope(held.status, held.body, held.text)) {
+                failures.push(`${op.method} ${path.slice(0, 200)} → ${held.status} ${held.text.slice(0, 300)}`)
+              }
+              continue
+            }
             const reply = yield* call(op.method, path, {
               token: apiKey,
               ...(op.method === "POST" || op.method === "PATCH" || op.method === "PUT" ? { body: {} } : {})

@@ -1,10 +1,11 @@
 import { defineConfig } from "vitest/config"
+import { HEAVY_SUITES } from "./test/suites.js"
 
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
-    // The long fault-injection runs have their own config (`npm run test:faults`).
-    exclude: ["test/faults/**", "**/node_modules/**"],
+    // The long fault-injection runs and the heavy suites run with `npm run test:faults` (and in CI).
+    exclude: ["test/faults/**", "**/node_modules/**", ...HEAVY_SUITES],
     // Builds the CLI bundle the CLI tests spawn (test/support/cli.ts).
     globalSetup: ["test/support/globalSetup.ts"],
     testTimeout: 60_000,

@@ -16,7 +16,7 @@ const dateRange = {
 
 const deviceName = text("device-name", "NAME", "name of this session in the dashboard (default: the host name)")
 const acceptTerms = flag("accept-terms", "accept the terms of service without asking")
-const code = text("code", "CODE", "the 6-digit code from the email (asked for on stdin when omitted)")
+const code = text("code", "CODE", "the 6-digit code from the email: verifies the flow already started (without it: asked on stdin)")
 const out = text("out", "FILE", "write to this file instead of stdout", { alias: "o" })
 const domainId = text("domain-id", "ID|none", "one of the organization's domains, or `none` for organization-wide", {
   field: "domain_id"
@@ -46,8 +46,10 @@ export const login = leaf({
 export const signup = leaf({
   name: "signup",
   summary: "Create an account with your email address and log in",
-  description: "A code is mailed to the address; type it when asked (or pass --code). A service without an " +
-    "outbound mail relay writes the mail to its dev outbox instead (see the message after the code is sent).",
+  description: "A code is mailed to the address; type it when asked. With nothing on stdin (a script, an agent) " +
+    "the command stops once the code is mailed; `mailroom signup --email ADDRESS --code CODE` then finishes it. " +
+    "A service without an outbound mail relay writes the mail to its dev outbox instead (see the message after " +
+    "the code is sent).",
   flags: {
     email: required(text("email", "ADDRESS", "your email address")),
     acceptTerms,
@@ -56,7 +58,10 @@ export const signup = leaf({
     deviceName
   },
   args: {},
-  examples: ["mailroom signup --email ada@example.com --accept-terms"]
+  examples: [
+    "mailroom signup --email ada@example.com --accept-terms",
+    "mailroom signup --email ada@example.com --code 123456"
+  ]
 })
 
 export const agentCreate = leaf({
@@ -70,13 +75,20 @@ export const agentCreate = leaf({
 export const claim = leaf({
   name: "claim",
   summary: "Claim this agent account for a person (moves it to the developer plan)",
+  description: "`--email` mails a code to the person; type it when asked. With nothing on stdin (a script, an " +
+    "agent) the command stops once the code is mailed; `mailroom claim --email ADDRESS --code CODE` then verifies " +
+    "that code (it does not ask for a new one).",
   flags: {
     email: text("email", "ADDRESS", "the person's email address (a code is mailed to it)"),
     link: flag("link", "print a single-use claim link for a person instead"),
     code
   },
   args: {},
-  examples: ["mailroom claim --email ada@example.com", "mailroom claim --link"]
+  examples: [
+    "mailroom claim --email ada@example.com",
+    "mailroom claim --email ada@example.com --code 123456",
+    "mailroom claim --link"
+  ]
 })
 
 export const logout = leaf({

@@ -102,9 +102,10 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("sending CLI", (it) => 
         expect(got.stdout).toMatch(/numbers\.csv\s+text\/csv\s+8/)
         expect(got.stdout).toContain("Numbers attached.")
 
-        const asJson = yield* cli(org.env, "send", "--from", org.inbox, "--to", to, "--subject", "Again", "--text", "hi", "--json")
+        // No --from: the organization's only address, as reply does.
+        const asJson = yield* cli(org.env, "send", "--to", to, "--subject", "Again", "--text", "hi", "--json")
         expect(asJson.code, asJson.stderr).toBe(0)
-        expect(json(asJson.stdout)).toMatchObject({ status: "sent", subject: "Again", to: [to], error: null })
+        expect(json(asJson.stdout)).toMatchObject({ status: "sent", subject: "Again", to: [to], error: null, from: org.inbox })
         expect(yield* relayedTo(to)).toHaveLength(2)
 
         const list = yield* cli(org.env, "sent", "list", "--to", to, "--status", "sent", "--json")

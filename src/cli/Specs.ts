@@ -1037,12 +1037,13 @@ const fromAddress = text("from", "ADDRESS", "send as this address (default: the 
 export const send = leaf({
   name: "send",
   summary: "Send an email now, or later with --at",
-  description: "--from is the organization's inbox address (or a +tag form) or an address at a verified domain. " +
+  description: "--from is the organization's inbox address (or a +tag form) or an address at a verified domain; " +
+    "without it, the organization's only address (its inbox, when it has no verified domain). " +
     "Recipients are `addr`, `Name <addr>` or `registry:<name>/<handle>`. Give a body with --text, --text-file or " +
     "--html-file (text and HTML together make a multipart/alternative message). A reply-only agent account may " +
     "only write to addresses that wrote to it first: a refused recipient is listed with its fix.",
   flags: {
-    from: required(text("from", "ADDRESS", "the sender: `addr` or `Name <addr>`")),
+    from: text("from", "ADDRESS", "the sender: `addr` or `Name <addr>` (default: the organization's only address)"),
     to: many("to", "ADDRESS", "a recipient"),
     cc: many("cc", "ADDRESS", "a copy recipient"),
     bcc: many("bcc", "ADDRESS", "a blind copy recipient (not in the headers)"),
@@ -1057,7 +1058,7 @@ export const send = leaf({
   },
   args: {},
   examples: [
-    "mailroom send --from me@acme.com --to ada@example.com --subject Hi --text Hi",
+    "mailroom send --to ada@example.com --subject Hi --text Hi",
     "mailroom send --from me@acme.com --to ada@example.com --subject Q3 \\\n" +
       "    --text-file body.txt --attach q3.pdf --at 2026-12-01T08:00:00Z"
   ]

@@ -45,7 +45,7 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
           const row = yield* sender.submit(org, {
             kind: "send",
             sourceEmailId: null,
-            from: payload.from,
+            from: payload.from ?? (yield* sender.defaultFrom(org)),
             to: asList(payload.to),
             cc: asList(payload.cc),
             bcc: asList(payload.bcc),

@@ -493,6 +493,10 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("cli", (it) => {
         expect(unknownSub.stderr).not.toContain("signup")
         const typo = yield* cli(env, "endpoints", "ad")
         expect(typo.stderr).toContain("Did you mean `mailroom endpoints add`?")
+        // Swapped letters count as one edit: `emial` is two from `emails`.
+        const swapped = yield* cli(env, "emial", "list")
+        expect(swapped.code).toBe(2)
+        expect(swapped.stderr).toContain("Did you mean `mailroom emails`?")
 
         const flagTypo = yield* cli(env, "endpoints", "add", "--ur", "https://example.com/hook")
         expect(flagTypo.code).toBe(2)

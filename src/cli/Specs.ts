@@ -577,16 +577,19 @@ export const functionsDeploy = leaf({
   summary: "Deploy a JavaScript module as a function (or redeploy the function of that name)",
   description: "The file is one ES module whose default export has `async fetch(request, env)`. The service loads " +
     "it in workerd first and refuses it with workerd's message if it does not load. When the organization already " +
-    "has a function of this name, its code (and the given secrets) are replaced: the next invocation sees them.",
+    "has a function of this name, its code (and the given secrets) are replaced: the next invocation sees them. " +
+    "A new function, its endpoint and its route are made in one request: if one is refused, nothing is made.",
   flags: {
     name: required(text("name", "NAME", "the function's name: 1-64 of a-z, 0-9 and -")),
     secret,
-    endpoint: flag("endpoint", "also create its endpoint, so inbound mail routed to it (or all mail) reaches it")
+    route: text("route", "PATTERN", "also route mail for this address pattern (e.g. you@agents.localhost, *@acme.com) to it"),
+    endpoint: flag("endpoint", "also create its endpoint, a route target: routes and wakes reach it"),
+    fallback: flag("fallback", "make its endpoint the organization-wide fallback: every mail without a route reaches it")
   },
   args: { file: textArg("file", "the module's file, e.g. worker.js") },
   examples: [
     "mailroom functions deploy worker.js --name triage",
-    "mailroom functions deploy worker.js --name triage --secret KEY=… --endpoint"
+    "mailroom functions deploy worker.js --name triage --secret KEY=… --route support@acme.com"
   ]
 })
 

@@ -1105,7 +1105,7 @@ export const sentList = leaf({
   summary: "Sent and scheduled emails, newest first",
   flags: {
     ...paging,
-    status: choice("status", ["scheduled", "sent", "failed", "canceled"], "only emails in this state"),
+    status: choice("status", ["scheduled", "sending", "sent", "failed", "canceled"], "only emails in this state"),
     to: text("to", "ADDRESS", "only emails with this recipient (to, cc or bcc)"),
     dateFrom: text("date-from", "DATE", "created at or after this time (ISO 8601)"),
     dateTo: text("date-to", "DATE", "created at or before this time (ISO 8601)")

@@ -76,7 +76,9 @@ export type ForwardMail = typeof ForwardMail.Type
 
 export const Reschedule = strict(Schema.Struct({ send_at: SendAt })).annotations({ identifier: "RescheduleSentEmail" })
 
-export const SentStatus = Schema.Literal("scheduled", "sent", "failed", "canceled")
+export const SentStatus = Schema.Literal("scheduled", "sending", "sent", "failed", "canceled").annotations({
+  description: "`sending`: an immediate send being relayed (never `scheduled`, which only a send with `send_at` is)"
+})
 export type SentStatus = typeof SentStatus.Type
 
 export const SentError = Schema.Struct({ code: Schema.String, message: Schema.String }).annotations({ identifier: "SentEmailError" })

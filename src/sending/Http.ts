@@ -19,7 +19,7 @@ const noSent = (id: string) => new NotFound({ message: `no sent email ${id}` })
 
 const notScheduled = (row: SentRow) =>
   new NotScheduled({
-    message: `sent email ${row.id} is ${row.status === "scheduled" ? "being sent right now" : row.status}: only a scheduled send can be changed`,
+    message: `sent email ${row.id} is ${row.status === "scheduled" || row.status === "sending" ? "being sent right now" : row.status}: only a scheduled send can be changed`,
     details: { status: row.status }
   })
 

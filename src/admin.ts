@@ -1,11 +1,15 @@
 /**
  * Operator command: `npm run admin -- <command>`. Uses the same configuration as the service
- * (DATABASE_URL, or the embedded database in DATA_DIR while the service is stopped).
+ * (DATABASE_URL, or the embedded database in DATA_DIR while the service is stopped). Without either
+ * it uses the service's default data, `./.data` of the current directory, only when a database is
+ * there: it never starts an empty one that no service reads, and says where it looked.
  */
 import { Args, Command, Options } from "@effect/cli"
 import { SqlClient } from "@effect/sql"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Layer, Option, Schema } from "effect"
+import { existsSync } from "node:fs"
+import { join, resolve } from "node:path"
 import { OPERATOR_ENTITLEMENTS, Plan } from "./contract/Plans.js"
 import { Provisioning } from "./identity/Provisioning.js"
 import { signupCodeHash } from "./identity/Signup.js"
@@ -16,6 +20,29 @@ import { fromAtomic, toAtomic } from "./payments/Money.js"
 import { SettleCaps } from "./payments/SettleCaps.js"
 
 const OrgId = Schema.UUID
+
+const set = (name: string) => (process.env[name] ?? "") !== ""
+
+/** Which database the command works on, for messages. */
+const databaseLabel = set("DATABASE_URL")
+  ? "the PostgreSQL database of DATABASE_URL"
+  : `the embedded database in ${resolve(process.env.DATA_DIR || ".data")}${set("DATA_DIR") ? " (DATA_DIR)" : " (DATA_DIR unset: ./.data)"}`
+
+const noOrganization = (orgId: string) => new Error(`no organization ${orgId} in ${databaseLabel}`)
+
+/**
+ * Neither DATABASE_URL nor DATA_DIR: the service's default data must be there. Creating an empty
+ * database in whatever directory the command was run from would answer "no organization" for an
+ * organization that exists in the service's real data.
+ */
+const missingDefaultData = (): string | undefined => {
+  if (set("DATABASE_URL") || set("DATA_DIR")) return undefined
+  const dir = resolve(".data")
+  if (existsSync(join(dir, "pglite", "PG_VERSION"))) return undefined
+  return `no service data found: DATABASE_URL and DATA_DIR are unset, and ${dir} (the default ./.data of ` +
+    `${process.cwd()}) holds no embedded database. Run the command with the service's settings: ` +
+    "DATA_DIR=<the directory the service was started with> (or DATABASE_URL=postgres://…) npm run admin -- …"
+}
 
 const createOrg = Command.make(
   "create-org",
@@ -48,7 +75,7 @@ const setPlan = Command.make(
     Effect.gen(function*() {
       const provisioning = yield* Provisioning
       const updated = yield* provisioning.setPlan(orgId, Schema.decodeSync(Plan)(plan))
-      if (Option.isNone(updated)) return yield* Effect.fail(new Error(`no organization ${orgId}`))
+      if (Option.isNone(updated)) return yield* Effect.fail(noOrganization(orgId))
       yield* Console.log(`org_id=${orgId} plan=${plan}`)
     })
 ).pipe(Command.withDescription("change an organization's plan (billing is outside the API)"))
@@ -81,7 +108,7 @@ const orgExists = (orgId: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const rows = yield* sql<{ id: string }>`SELECT id FROM organizations WHERE id = ${orgId}`
-    if (rows.length === 0) return yield* Effect.fail(new Error(`no organization ${orgId}`))
+    if (rows.length === 0) return yield* Effect.fail(noOrganization(orgId))
   })
 
 const grant = Command.make(
@@ -168,8 +195,12 @@ const Runtime = Layer.merge(Provisioning.Default, SettleCaps.Default).pipe(
   Layer.merge(NodeContext.layer)
 )
 
-cli(process.argv).pipe(
-  Effect.provide(Runtime),
+const helpOnly = process.argv.slice(2).some((a) => a === "--help" || a === "-h" || a === "--version") ||
+  process.argv.length <= 2
+const missing = helpOnly ? undefined : missingDefaultData()
+
+// Before any layer is built: building the database layer would create the very database refused here.
+;(missing !== undefined ? Effect.fail(new Error(missing)) : cli(process.argv).pipe(Effect.provide(Runtime))).pipe(
   Effect.catchAll((e) =>
     Effect.sync(() => {
       const message = typeof e === "object" && e !== null && "message" in e ? String(e.message) : String(e)

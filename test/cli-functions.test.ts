@@ -29,7 +29,7 @@ const account = Effect.gen(function*() {
     configHome: mkdtempSync(join(tmpdir(), "mailroom-cli-fn-")),
     extra: { MAILROOM_API_KEY: apiKey }
   }
-  return { env, token: apiKey }
+  return { env, token: apiKey, inbox: org.managedInboxAddress! }
 })
 
 const cli = (env: CliEnv, ...args: Array<string>) => Effect.promise(() => runCli(args, env))
@@ -117,6 +117,51 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("cli functions", (it) =
         const removed = yield* cli(env, "functions", "delete", created.id)
         expect(removed.code).toBe(0)
         expect((yield* call("GET", `/v1/functions/${created.id}`, { token })).status).toBe(404)
+      }), SLOW)
+  })
+
+  describe("deploy with an endpoint", () => {
+    it.effect("is one step: a refused endpoint leaves no function; --endpoint and --route make route targets beside the fallback", () =>
+      Effect.gen(function*() {
+        const { env, inbox, token } = yield* account
+        const first = yield* cli(env, "functions", "deploy", file("a.js", echo("a")), "--name", "first", "--fallback", "--json")
+        expect(first.code, first.stderr).toBe(0)
+        const fallback = JSON.parse(first.stdout) as { id: string; endpoint_id: string }
+        const eps = yield* call("GET", "/v1/endpoints", { token })
+        expect(eps.body.data).toEqual([expect.objectContaining({ id: fallback.endpoint_id, is_route_target: false })])
+
+        // The fallback slot is taken: the second is refused whole, and no function named "second" is left.
+        const refused = yield* cli(env, "functions", "deploy", file("b.js", echo("b")), "--name", "second", "--fallback")
+        expect(refused.code).toBe(3)
+        expect(refused.stderr).toContain("conflict")
+        const names = (yield* call("GET", "/v1/functions", { token })).body.data.map((f: { name: string }) => f.name)
+        expect(names).toEqual(["first"])
+        // The API the same way.
+        const direct = yield* call("POST", "/v1/functions", {
+          token,
+          body: { name: "third", code: echo("c"), endpoint: { is_route_target: false } }
+        })
+        expect(direct.status, direct.text).toBe(409)
+        expect((yield* call("GET", "/v1/functions", { token })).body.meta.total).toBe(1)
+
+        // A function's endpoint is a route target unless asked otherwise: no slot, no conflict.
+        const badRoute = yield* cli(env, "functions", "deploy", file("b.js", echo("b")), "--name", "second",
+          "--route", "help@example.test")
+        expect(badRoute.code).toBe(3)
+        expect(badRoute.stderr).toContain("not a verified domain")
+        expect((yield* call("GET", "/v1/functions", { token })).body.meta.total).toBe(1)
+        const routed = yield* cli(env, "functions", "deploy", file("b.js", echo("b")), "--name", "second",
+          "--route", inbox, "--json")
+        expect(routed.code, routed.stderr).toBe(0)
+        const second = JSON.parse(routed.stdout) as { id: string; endpoint_id: string }
+        const routes = yield* call("GET", "/v1/routes", { token })
+        expect(routes.body.data).toEqual([expect.objectContaining({ pattern: inbox, endpoint_id: second.endpoint_id })])
+        const plain = yield* cli(env, "functions", "deploy", file("c.js", echo("c")), "--name", "third", "--endpoint", "--json")
+        expect(plain.code, plain.stderr).toBe(0)
+        const third = JSON.parse(plain.stdout) as { endpoint_id: string }
+        const all = (yield* call("GET", "/v1/endpoints", { token })).body.data as Array<{ id: string; is_route_target: boolean }>
+        expect(all.find((e) => e.id === third.endpoint_id)?.is_route_target).toBe(true)
+        expect(all.find((e) => e.id === second.endpoint_id)?.is_route_target).toBe(true)
       }), SLOW)
   })
 

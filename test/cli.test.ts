@@ -196,6 +196,54 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("cli", (it) => {
       }), SLOW)
   })
 
+  describe("codes as flags (no terminal)", () => {
+    it.effect("signup and claim stop once the code is mailed; a second run with --code verifies that code", () =>
+      Effect.gen(function*() {
+        yield* resetLimits
+        const sink = yield* SmtpSink
+        // Sign-up: stdin closed, as an agent runs it.
+        const env = yield* cliEnv
+        const email = uniqueEmail("cli-scripted")
+        const started = yield* cli(env, "signup", "--email", email, "--accept-terms")
+        expect(started.code, started.stderr).toBe(0)
+        expect(started.stdout).toContain(`mailroom signup --email ${email} --code CODE`)
+        const code = codeOf(yield* Effect.promise(() => sink.next(email, 0)))
+        const mailed = sink.count(email)
+        const finished = yield* cli(env, "signup", "--email", email, "--code", code, "--json")
+        expect(finished.code, finished.stderr).toBe(0)
+        // No second code was mailed: the first one was verified.
+        expect(sink.count(email)).toBe(mailed)
+        expect(configOf(env).profiles.default).not.toHaveProperty("pending_signup")
+        expect(JSON.parse((yield* cli(env, "whoami", "--json")).stdout)).toMatchObject({ email, plan: "developer" })
+        // --code with nothing started: says what to run first.
+        const orphan = yield* cli(env, "signup", "--email", uniqueEmail("cli-none"), "--code", "123456")
+        expect(orphan.code).toBe(2)
+        expect(orphan.stderr).toContain("first (it mails the code)")
+
+        // Claim of an agent account, in two runs.
+        const agentEnv = yield* cliEnv
+        expect((yield* cli(agentEnv, "agent", "create", "--accept-terms")).code).toBe(0)
+        const noClaim = yield* cli(agentEnv, "claim", "--code", "123456")
+        expect(noClaim.code).toBe(1)
+        expect(noClaim.stderr).toContain("mailroom claim --email ADDRESS")
+        const owner = uniqueEmail("cli-claimer")
+        const start = yield* cli(agentEnv, "claim", "--email", owner, "--json")
+        expect(start.code, start.stderr).toBe(0)
+        expect(JSON.parse(start.stdout)).toEqual({
+          status: "code_sent",
+          email: owner,
+          next: `mailroom claim --email ${owner} --code CODE`
+        })
+        const claimCode = codeOf(yield* Effect.promise(() => sink.next(owner, 0)))
+        const claimMails = sink.count(owner)
+        const verified = yield* cli(agentEnv, "claim", "--email", owner, "--code", claimCode)
+        expect(verified.code, verified.stderr).toBe(0)
+        expect(verified.stdout).toContain(`now belongs to ${owner} (plan developer)`)
+        expect(sink.count(owner)).toBe(claimMails)
+        expect(JSON.parse((yield* cli(agentEnv, "whoami", "--json")).stdout)).toMatchObject({ email: owner, plan: "developer" })
+      }), SLOW)
+  })
+
   describe("resources, deliveries, emails and listen", () => {
     it.scoped("agent create, endpoint add/test, listen forwards a real inbound message, deliveries list/replay, emails raw", () =>
       Effect.gen(function*() {
@@ -445,6 +493,10 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("cli", (it) => {
         expect(unknownSub.stderr).not.toContain("signup")
         const typo = yield* cli(env, "endpoints", "ad")
         expect(typo.stderr).toContain("Did you mean `mailroom endpoints add`?")
+        // Swapped letters count as one edit: `emial` is two from `emails`.
+        const swapped = yield* cli(env, "emial", "list")
+        expect(swapped.code).toBe(2)
+        expect(swapped.stderr).toContain("Did you mean `mailroom emails`?")
 
         const flagTypo = yield* cli(env, "endpoints", "add", "--ur", "https://example.com/hook")
         expect(flagTypo.code).toBe(2)

@@ -9,11 +9,14 @@ import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, Layer, Option, Redacted } from "effect"
 import { appConfig } from "../src/platform/Config.js"
 import { execFile } from "node:child_process"
-import { readdirSync } from "node:fs"
+import { existsSync, readdirSync } from "node:fs"
+import { join } from "node:path"
 import { MIGRATIONS_DIR, migrate, openPglite } from "../src/platform/Database.js"
 import { DeliveryServicesLive, HttpLive, PlatformServicesLive, loggerLayer } from "../src/Server.js"
 import { freePort, scratchDatabase, tempDir, testConfigLayer } from "./support/harness.js"
 import { fetchReply } from "./support/http.js"
+
+const ROOT = new URL("../", import.meta.url).pathname
 
 const migrationCount = readdirSync(MIGRATIONS_DIR).filter((f) => /^\d+_.+\.sql$/.test(f)).length
 
@@ -113,9 +116,31 @@ describe("database", () => {
       const unknown = yield* run(["src/admin.ts", "set-plan", "00000000-0000-4000-8000-000000000000", "pro"], env)
       expect(unknown.code).not.toBe(0)
       expect(unknown.stderr).toContain("no organization")
+      // It says which database it looked in.
+      expect(unknown.stderr).toContain(Option.isSome(url) ? "DATABASE_URL" : `in the embedded database in ${dir} (DATA_DIR)`)
       const badPlan = yield* run(["src/admin.ts", "set-plan", orgId!, "platinum"], env)
       expect(badPlan.code).not.toBe(0)
     }), { timeout: 180_000 })
+
+  it.scoped("the operator command without DATA_DIR or DATABASE_URL uses no empty database: it says where it looked", () =>
+    Effect.gen(function*() {
+      const cwd = yield* tempDir
+      const { DATA_DIR: _d, DATABASE_URL: _u, ...rest } = process.env
+      const result = yield* Effect.async<{ code: number; stderr: string }>((resume) => {
+        const child = execFile(
+          process.execPath,
+          ["--import", join(ROOT, "node_modules/tsx/dist/esm/index.mjs"), join(ROOT, "src/admin.ts"), "set-plan", "00000000-0000-4000-8000-000000000000", "pro"],
+          { cwd, env: { ...rest, LOG_LEVEL: "error" }, timeout: 60_000 },
+          (err, _stdout, stderr) => resume(Effect.succeed({ code: err === null ? 0 : typeof err.code === "number" ? err.code : 1, stderr }))
+        )
+        return Effect.sync(() => child.kill())
+      })
+      expect(result.code).toBe(1)
+      expect(result.stderr).toContain(`no service data found: DATABASE_URL and DATA_DIR are unset, and ${join(cwd, ".data")}`)
+      expect(result.stderr).toContain("DATA_DIR=<the directory the service was started with>")
+      // Nothing was created where it looked.
+      expect(existsSync(join(cwd, ".data"))).toBe(false)
+    }), { timeout: 120_000 })
 
   it.scoped("health answers 503 service_unavailable when the database is gone", () =>
     Effect.gen(function*() {

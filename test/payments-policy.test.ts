@@ -410,8 +410,10 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("spend policy and se
           const keyFile = join(home, "wallet.key")
           writeFileSync(keyFile, `${generatePrivateKey()}\n`, { mode: 0o600 })
           const declined = yield* cli(payer, "payments", "pay", created.id, "--key-file", keyFile, "--json")
-          expect(declined.code).not.toBe(0)
-          const error = JSON.parse(declined.stdout || declined.stderr)
+          // A refusal is an API error like any other: exit 3 (docs/cli.md), the code on stderr.
+          expect(declined.code).toBe(3)
+          const error = JSON.parse(declined.stderr)
+          expect(error.error.code).toBe("payment_declined")
           expect(JSON.stringify(error)).toContain("per_payment_cap")
           expect(json(yield* cli(payer, "payments", "policy", "set", "--per-payment-cap", "none", "--json"))).toMatchObject({
             per_payment_cap: null
@@ -423,7 +425,7 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("spend policy and se
           const shown = json(yield* cli(payer, "payments", "policy", "show", "--json"))
           expect(shown.spent_today).toBe("1.25")
           const noKey = yield* cli(payer, "payments", "pay", created.id, "--key-file", join(home, "missing.key"))
-          expect(noKey.code).not.toBe(0)
+          expect(noKey.code).toBe(2)
           expect(noKey.stderr).toContain("--key-file")
         }).pipe(Effect.ensuring(Effect.sync(() => rmSync(home, { recursive: true, force: true }))))
       }), 120_000)

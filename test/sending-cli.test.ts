@@ -6,7 +6,7 @@
  * with each refused recipient and its fix, and `outbound status`.
  */
 import { describe, expect, layer } from "@effect/vitest"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Fiber, Layer } from "effect"
 import { simpleParser } from "mailparser"
 import nodemailer from "nodemailer"
 import { mkdtempSync, writeFileSync } from "node:fs"
@@ -15,6 +15,7 @@ import { join } from "node:path"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { type CliEnv, runCli } from "./support/cli.js"
 import { TestServer, testService } from "./support/harness.js"
+import { call } from "./support/http.js"
 import { startTestRelay, type TestRelay } from "./support/relay.js"
 
 class Relay extends Context.Tag("test/Relay")<Relay, TestRelay>() {}
@@ -41,7 +42,7 @@ const newOrg = (plan: "agent" | "developer" = "developer") =>
       configHome: mkdtempSync(join(tmpdir(), "mailroom-cli-")),
       extra: { MAILROOM_API_KEY: key.apiKey }
     }
-    return { env, inbox: org.managedInboxAddress! }
+    return { env, inbox: org.managedInboxAddress!, token: key.apiKey }
   })
 
 const cli = (env: CliEnv, ...args: Array<string>) => Effect.promise(() => runCli(args, env))
@@ -102,9 +103,10 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("sending CLI", (it) => 
         expect(got.stdout).toMatch(/numbers\.csv\s+text\/csv\s+8/)
         expect(got.stdout).toContain("Numbers attached.")
 
-        const asJson = yield* cli(org.env, "send", "--from", org.inbox, "--to", to, "--subject", "Again", "--text", "hi", "--json")
+        // No --from: the organization's only address, as reply does.
+        const asJson = yield* cli(org.env, "send", "--to", to, "--subject", "Again", "--text", "hi", "--json")
         expect(asJson.code, asJson.stderr).toBe(0)
-        expect(json(asJson.stdout)).toMatchObject({ status: "sent", subject: "Again", to: [to], error: null })
+        expect(json(asJson.stdout)).toMatchObject({ status: "sent", subject: "Again", to: [to], error: null, from: org.inbox })
         expect(yield* relayedTo(to)).toHaveLength(2)
 
         const list = yield* cli(org.env, "sent", "list", "--to", to, "--status", "sent", "--json")
@@ -129,6 +131,36 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("sending CLI", (it) => 
         expect(wrongFrom.stderr).toContain("error: cannot_send_from_domain:")
         expect(wrongFrom.stderr).toContain(org.inbox)
         expect(yield* relayedTo(to)).toHaveLength(2)
+      }), SLOW)
+
+    it.effect("an immediate send in flight is listed as sending, never as scheduled", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const relay = yield* Relay
+        const to = `${unique("inflight")}@example.com`
+        // The relay takes the message and says nothing: the send is in flight until the connection drops.
+        relay.script.push({ stage: "data", action: "stall" })
+        const ends = relay.dataEnds.count
+        const sending = yield* Effect.fork(cli(org.env, "send", "--to", to, "--subject", "In flight", "--text", "t"))
+        const listed = (status?: string) =>
+          Effect.map(
+            call("GET", `/v1/sent-emails?to=${encodeURIComponent(to)}${status === undefined ? "" : `&status=${status}`}`, { token: org.token }),
+            (r) => r.body.data as Array<{ id: string; status: string }>
+          )
+        let rows = yield* listed()
+        for (let i = 0; i < 600 && (rows.length === 0 || relay.dataEnds.count === ends); i++) {
+          yield* Effect.sleep("50 millis")
+          rows = yield* listed()
+        }
+        expect(rows.map((r) => r.status)).toEqual(["sending"])
+        expect(yield* listed("scheduled")).toEqual([])
+        expect((yield* listed("sending")).map((r) => r.id)).toEqual([rows[0]!.id])
+        const status = yield* call("GET", "/v1/outbound/status", { token: org.token })
+        expect(status.body.data.scheduled).toBe(0)
+        relay.dropConnections()
+        const done = yield* Fiber.join(sending)
+        expect(done.code).toBe(3)
+        expect((yield* listed()).map((r) => r.status)).toEqual(["failed"])
       }), SLOW)
 
     it.effect("--at schedules; sent cancel cancels; sent reschedule moves; a canceled send cannot be rescheduled", () =>

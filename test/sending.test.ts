@@ -10,7 +10,7 @@ import { simpleParser } from "mailparser"
 import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { TestServer } from "./support/harness.js"
-import { testServiceWithDns } from "./support/dns.js"
+import { TestDns, testServiceWithDns } from "./support/dns.js"
 import { call, fetchReply } from "./support/http.js"
 import { type RelayMessage, startTestRelay, type TestRelay } from "./support/relay.js"
 
@@ -172,6 +172,33 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail", (it) =>
         // The +tag form of the managed address is the organization's own.
         const tag = org.inbox.replace("@", "+news@")
         expect((yield* send(org.token, { from: tag, to: "x@example.com", subject: "s", text: "t" })).status).toBe(201)
+      }))
+
+    it.effect("without from: the organization's only address; with a verified domain too, 400 naming the valid senders", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const dns = yield* TestDns
+        const to = `${unique("nofrom")}@example.com`
+        const r = yield* send(org.token, { to, subject: "no from", text: "t" })
+        expect(r.status, r.text).toBe(201)
+        expect(r.body.data.from).toBe(org.inbox)
+        const [m] = yield* relayed((x) => x.to.includes(to))
+        expect(m!.from).toBe(org.inbox)
+
+        // A verified domain is a second choice: the caller must name the sender.
+        const domain = `${unique("own")}.test`
+        const claim = yield* call("POST", "/v1/domains", { token: org.token, body: { domain } })
+        expect(claim.status, claim.text).toBe(201)
+        dns.zone.set(`_mailroom.${domain}`, { TXT: [`mailroom-verification=${claim.body.data.verification_token}`] })
+        dns.zone.set(domain, { MX: [{ exchange: "mx.agents.localhost", priority: 10 }] })
+        const v = yield* call("POST", `/v1/domains/${claim.body.data.id}/verify`, { token: org.token })
+        expect(v.body.data.verified, v.text).toBe(true)
+        const ambiguous = yield* send(org.token, { to, subject: "no from, two choices", text: "t" })
+        expect(ambiguous.status, ambiguous.text).toBe(400)
+        expect(ambiguous.body.error.code).toBe("validation_error")
+        expect(ambiguous.body.error.message).toContain("from: is required")
+        expect(ambiguous.body.error.details.valid_senders).toEqual([org.inbox, domain])
+        expect((yield* send(org.token, { from: `me@${domain}`, to, subject: "named", text: "t" })).status).toBe(201)
       }))
 
     it.effect("discard_content: 403 discard_not_enabled unless the account enables it; then the body is dropped once relayed", () =>

@@ -35,19 +35,22 @@ export type Parsed =
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
-/** Edit distance, for "did you mean". */
+/**
+ * Edit distance for "did you mean": insertions, deletions, substitutions and swaps of two adjacent
+ * letters (optimal string alignment), so `emial` is one edit from `email` and two from `emails`.
+ */
 const distance = (a: string, b: string): number => {
-  const row = Array.from({ length: b.length + 1 }, (_, i) => i)
+  const d: Array<Array<number>> = Array.from({ length: a.length + 1 }, (_, i) =>
+    Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)))
   for (let i = 1; i <= a.length; i++) {
-    let prev = row[0]!
-    row[0] = i
     for (let j = 1; j <= b.length; j++) {
-      const current = row[j]!
-      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1))
-      prev = current
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1
+      let best = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost)
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) best = Math.min(best, d[i - 2]![j - 2]! + 1)
+      d[i]![j] = best
     }
   }
-  return row[b.length]!
+  return d[a.length]![b.length]!
 }
 
 export const suggest = (input: string, candidates: ReadonlyArray<string>): ReadonlyArray<string> =>

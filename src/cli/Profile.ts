@@ -17,7 +17,12 @@ export const StoredProfile = Schema.Struct({
   expires_at: Schema.optionalWith(Schema.String, { exact: true }),
   oauth_grant_id: Schema.optionalWith(Schema.String, { exact: true }),
   org_id: Schema.optionalWith(Schema.String, { exact: true }),
-  org_name: Schema.optionalWith(Schema.NullOr(Schema.String), { exact: true })
+  org_name: Schema.optionalWith(Schema.NullOr(Schema.String), { exact: true }),
+  /** A sign-up started without its code: `mailroom signup --email X --code C` finishes it. */
+  pending_signup: Schema.optionalWith(
+    Schema.Struct({ email: Schema.String, signup_token: Schema.String, expires_at: Schema.String }),
+    { exact: true }
+  )
 })
 export type StoredProfile = typeof StoredProfile.Type
 

@@ -16,7 +16,7 @@ const dateRange = {
 
 const deviceName = text("device-name", "NAME", "name of this session in the dashboard (default: the host name)")
 const acceptTerms = flag("accept-terms", "accept the terms of service without asking")
-const code = text("code", "CODE", "the 6-digit code from the email (asked for on stdin when omitted)")
+const code = text("code", "CODE", "the 6-digit code from the email: verifies the flow already started (without it: asked on stdin)")
 const out = text("out", "FILE", "write to this file instead of stdout", { alias: "o" })
 const domainId = text("domain-id", "ID|none", "one of the organization's domains, or `none` for organization-wide", {
   field: "domain_id"
@@ -46,8 +46,10 @@ export const login = leaf({
 export const signup = leaf({
   name: "signup",
   summary: "Create an account with your email address and log in",
-  description: "A code is mailed to the address; type it when asked (or pass --code). A service without an " +
-    "outbound mail relay writes the mail to its dev outbox instead (see the message after the code is sent).",
+  description: "A code is mailed to the address; type it when asked. With nothing on stdin (a script, an agent) " +
+    "the command stops once the code is mailed; `mailroom signup --email ADDRESS --code CODE` then finishes it. " +
+    "A service without an outbound mail relay writes the mail to its dev outbox instead (see the message after " +
+    "the code is sent).",
   flags: {
     email: required(text("email", "ADDRESS", "your email address")),
     acceptTerms,
@@ -56,7 +58,10 @@ export const signup = leaf({
     deviceName
   },
   args: {},
-  examples: ["mailroom signup --email ada@example.com --accept-terms"]
+  examples: [
+    "mailroom signup --email ada@example.com --accept-terms",
+    "mailroom signup --email ada@example.com --code 123456"
+  ]
 })
 
 export const agentCreate = leaf({
@@ -70,13 +75,20 @@ export const agentCreate = leaf({
 export const claim = leaf({
   name: "claim",
   summary: "Claim this agent account for a person (moves it to the developer plan)",
+  description: "`--email` mails a code to the person; type it when asked. With nothing on stdin (a script, an " +
+    "agent) the command stops once the code is mailed; `mailroom claim --email ADDRESS --code CODE` then verifies " +
+    "that code (it does not ask for a new one).",
   flags: {
     email: text("email", "ADDRESS", "the person's email address (a code is mailed to it)"),
     link: flag("link", "print a single-use claim link for a person instead"),
     code
   },
   args: {},
-  examples: ["mailroom claim --email ada@example.com", "mailroom claim --link"]
+  examples: [
+    "mailroom claim --email ada@example.com",
+    "mailroom claim --email ada@example.com --code 123456",
+    "mailroom claim --link"
+  ]
 })
 
 export const logout = leaf({
@@ -565,16 +577,19 @@ export const functionsDeploy = leaf({
   summary: "Deploy a JavaScript module as a function (or redeploy the function of that name)",
   description: "The file is one ES module whose default export has `async fetch(request, env)`. The service loads " +
     "it in workerd first and refuses it with workerd's message if it does not load. When the organization already " +
-    "has a function of this name, its code (and the given secrets) are replaced: the next invocation sees them.",
+    "has a function of this name, its code (and the given secrets) are replaced: the next invocation sees them. " +
+    "A new function, its endpoint and its route are made in one request: if one is refused, nothing is made.",
   flags: {
     name: required(text("name", "NAME", "the function's name: 1-64 of a-z, 0-9 and -")),
     secret,
-    endpoint: flag("endpoint", "also create its endpoint, so inbound mail routed to it (or all mail) reaches it")
+    route: text("route", "PATTERN", "also route mail for this address pattern (e.g. you@agents.localhost, *@acme.com) to it"),
+    endpoint: flag("endpoint", "also create its endpoint, a route target: routes and wakes reach it"),
+    fallback: flag("fallback", "make its endpoint the organization-wide fallback: every mail without a route reaches it")
   },
   args: { file: textArg("file", "the module's file, e.g. worker.js") },
   examples: [
     "mailroom functions deploy worker.js --name triage",
-    "mailroom functions deploy worker.js --name triage --secret KEY=… --endpoint"
+    "mailroom functions deploy worker.js --name triage --secret KEY=… --route support@acme.com"
   ]
 })
 
@@ -1025,12 +1040,13 @@ const fromAddress = text("from", "ADDRESS", "send as this address (default: the 
 export const send = leaf({
   name: "send",
   summary: "Send an email now, or later with --at",
-  description: "--from is the organization's inbox address (or a +tag form) or an address at a verified domain. " +
+  description: "--from is the organization's inbox address (or a +tag form) or an address at a verified domain; " +
+    "without it, the organization's only address (its inbox, when it has no verified domain). " +
     "Recipients are `addr`, `Name <addr>` or `registry:<name>/<handle>`. Give a body with --text, --text-file or " +
     "--html-file (text and HTML together make a multipart/alternative message). A reply-only agent account may " +
     "only write to addresses that wrote to it first: a refused recipient is listed with its fix.",
   flags: {
-    from: required(text("from", "ADDRESS", "the sender: `addr` or `Name <addr>`")),
+    from: text("from", "ADDRESS", "the sender: `addr` or `Name <addr>` (default: the organization's only address)"),
     to: many("to", "ADDRESS", "a recipient"),
     cc: many("cc", "ADDRESS", "a copy recipient"),
     bcc: many("bcc", "ADDRESS", "a blind copy recipient (not in the headers)"),
@@ -1045,7 +1061,7 @@ export const send = leaf({
   },
   args: {},
   examples: [
-    "mailroom send --from me@acme.com --to ada@example.com --subject Hi --text Hi",
+    "mailroom send --to ada@example.com --subject Hi --text Hi",
     "mailroom send --from me@acme.com --to ada@example.com --subject Q3 \\\n" +
       "    --text-file body.txt --attach q3.pdf --at 2026-12-01T08:00:00Z"
   ]
@@ -1089,7 +1105,7 @@ export const sentList = leaf({
   summary: "Sent and scheduled emails, newest first",
   flags: {
     ...paging,
-    status: choice("status", ["scheduled", "sent", "failed", "canceled"], "only emails in this state"),
+    status: choice("status", ["scheduled", "sending", "sent", "failed", "canceled"], "only emails in this state"),
     to: text("to", "ADDRESS", "only emails with this recipient (to, cc or bcc)"),
     dateFrom: text("date-from", "DATE", "created at or after this time (ISO 8601)"),
     dateTo: text("date-to", "DATE", "created at or before this time (ISO 8601)")

@@ -31,7 +31,7 @@ export const demoSendMail = (payload: SendMail) =>
     const v = yield* validateSend({
       kind: "send",
       sourceEmailId: null,
-      from: payload.from,
+      from: payload.from ?? DEMO_INBOX,
       to: asList(payload.to),
       cc: asList(payload.cc),
       bcc: asList(payload.bcc),

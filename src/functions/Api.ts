@@ -43,6 +43,21 @@ export const CreateFunction = strict(Schema.Struct({
   code: Code,
   secrets: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.String }), { exact: true }).annotations({
     description: "NAME: value; names ^[A-Z][A-Z0-9_]{0,63}$, at most 50, values at most 8 KiB; never returned"
+  }),
+  endpoint: Schema.optionalWith(
+    strict(Schema.Struct({
+      is_route_target: Schema.optionalWith(Schema.Boolean, { exact: true }).annotations({
+        description: "default true: mail reaches it through routes (and wakes) and it holds no default slot; " +
+          "false makes it the organization-wide fallback (every mail without a route)"
+      })
+    })),
+    { exact: true }
+  ).annotations({
+    description: "also create the function's endpoint, in the same transaction: if it cannot be made, no function is"
+  }),
+  route: Schema.optionalWith(strict(Schema.Struct({ pattern: Schema.String })), { exact: true }).annotations({
+    description: "also route mail for this address pattern to the function (its endpoint is then a route target), " +
+      "in the same transaction"
   })
 })).annotations({ identifier: "CreateFunction" })
 export type CreateFunction = typeof CreateFunction.Type
@@ -104,7 +119,8 @@ export class FunctionsApi extends HttpApiGroup.make("functions")
       .addSuccess(Ok(FunctionInfo, "Function"), { status: 201 })
       .addError(Wire.Forbidden)
       .addError(Wire.Conflict)
-      .annotate(OpenApi.Summary, "Deploy a function (the module is loaded in workerd first)")
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "Deploy a function (the module is loaded in workerd first), with its endpoint and route if asked")
   )
   .add(
     HttpApiEndpoint.get("list", "/functions")

@@ -11,6 +11,13 @@ import { CurrentPrincipal } from "../contract/Security.js"
 import { AppConfig } from "../platform/Config.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { newEventId, serializeEvent, syntheticEmailReceived, truncateUtf8 } from "../webhooks/Payload.js"
+import { PlanGate } from "../account/PlanGate.js"
+import { DomainsRepo } from "../domains/Repo.js"
+import { EndpointsRepo } from "../endpoints/Repo.js"
+import { EndpointsService } from "../endpoints/Service.js"
+import { Dns } from "../net/Dns.js"
+import { RoutesRepo } from "../routes/Repo.js"
+import { RoutesService } from "../routes/Service.js"
 import { FunctionDeployer } from "./Deploy.js"
 import { FunctionInvoker } from "./Invoker.js"
 import { FunctionsRepo, toFunction, toFunctionWithCode, toInvocation } from "./Repo.js"
@@ -25,6 +32,8 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
     const webhookSecrets = yield* WebhookSecrets
     const config = yield* AppConfig
     const sql = yield* SqlClient.SqlClient
+    const endpoints = yield* EndpointsService
+    const routes = yield* RoutesService
 
     /** The caller's organization, entitled to functions. */
     const entitledOrg = Effect.gen(function*() {
@@ -43,7 +52,21 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
       .handle("create", ({ payload }) =>
         Effect.gen(function*() {
           const org = yield* entitledOrg
-          return toFunction(yield* deployer.create(org, { name: payload.name, code: payload.code, secrets: payload.secrets ?? {} }))
+          const input = { name: payload.name, code: payload.code, secrets: payload.secrets ?? {} }
+          if (payload.endpoint === undefined && payload.route === undefined) return toFunction(yield* deployer.create(org, input))
+          // With its endpoint (and route): all in one transaction, so a refused endpoint or route leaves no function.
+          // Loading the module in workerd takes a process: before the transaction, not inside it.
+          yield* deployer.check(input.code, input.secrets)
+          return yield* sql.withTransaction(Effect.gen(function*() {
+            const fn = yield* repo.insert(org, input)
+            const { row: endpoint } = yield* endpoints.create(org, {
+              kind: "function",
+              function_id: fn.id,
+              is_route_target: payload.route !== undefined || (payload.endpoint?.is_route_target ?? true)
+            })
+            if (payload.route !== undefined) yield* routes.create(org, { pattern: payload.route.pattern, endpoint_id: endpoint.id })
+            return toFunction({ ...fn, endpoint_id: endpoint.id })
+          })).pipe(Effect.catchTag("SqlError", Effect.die))
         }))
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
@@ -121,4 +144,8 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
           const { rows, total } = yield* repo.invocations(path.id, limit, after)
           return pageOf(rows, limit, total, toInvocation)
         }))
-  })).pipe(Layer.provide(FunctionDeployer.Default), Layer.provide([FunctionsRepo.Default, WebhookSecrets.Default]))
+  })).pipe(
+    Layer.provide([FunctionDeployer.Default, RoutesService.Default, EndpointsService.Default]),
+    Layer.provide([FunctionsRepo.Default, WebhookSecrets.Default, RoutesRepo.Default, EndpointsRepo.Default, DomainsRepo.Default]),
+    Layer.provide([PlanGate.Default, Dns.Default])
+  )

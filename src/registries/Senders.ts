@@ -33,6 +33,13 @@ export const validSenders = (s: SendableAddresses): ReadonlyArray<string> => [
   ...s.domains
 ]
 
+/**
+ * The sender of a send that names none: the managed inbox address when it is the organization's only
+ * address (no verified domain); otherwise `undefined`, and the caller must choose.
+ */
+export const onlySender = (s: SendableAddresses): string | undefined =>
+  s.managed !== null && s.domains.length === 0 ? s.managed : undefined
+
 export const sendableAddresses = (orgId: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient

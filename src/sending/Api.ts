@@ -34,8 +34,10 @@ const Headers = Schema.Record({ key: Schema.String.pipe(Schema.maxLength(200)), 
 const SendAt = DateTimeFilter.annotations({ description: `a future time at most ${SCHEDULE_MAX_DAYS} days ahead: the message is scheduled` })
 
 export const SendMail = strict(Schema.Struct({
-  from: AddressText.annotations({
-    description: "`addr` or `Name <addr>`: the organization's managed inbox address (or a +tag form) or an address at a verified domain"
+  from: Schema.optionalWith(AddressText, { exact: true }).annotations({
+    description: "`addr` or `Name <addr>`: the organization's managed inbox address (or a +tag form) or an address at a " +
+      "verified domain. Default: the organization's only address (its managed inbox, when it has no verified domain); " +
+      "with several to choose from, 400 `validation_error` listing `details.valid_senders`"
   }),
   to: Recipients,
   cc: Schema.optionalWith(Recipients, { exact: true }),
@@ -74,7 +76,9 @@ export type ForwardMail = typeof ForwardMail.Type
 
 export const Reschedule = strict(Schema.Struct({ send_at: SendAt })).annotations({ identifier: "RescheduleSentEmail" })
 
-export const SentStatus = Schema.Literal("scheduled", "sent", "failed", "canceled")
+export const SentStatus = Schema.Literal("scheduled", "sending", "sent", "failed", "canceled").annotations({
+  description: "`sending`: an immediate send being relayed (never `scheduled`, which only a send with `send_at` is)"
+})
 export type SentStatus = typeof SentStatus.Type
 
 export const SentError = Schema.Struct({ code: Schema.String, message: Schema.String }).annotations({ identifier: "SentEmailError" })

@@ -19,7 +19,7 @@ const noSent = (id: string) => new NotFound({ message: `no sent email ${id}` })
 
 const notScheduled = (row: SentRow) =>
   new NotScheduled({
-    message: `sent email ${row.id} is ${row.status === "scheduled" ? "being sent right now" : row.status}: only a scheduled send can be changed`,
+    message: `sent email ${row.id} is ${row.status === "scheduled" || row.status === "sending" ? "being sent right now" : row.status}: only a scheduled send can be changed`,
     details: { status: row.status }
   })
 
@@ -45,7 +45,7 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
           const row = yield* sender.submit(org, {
             kind: "send",
             sourceEmailId: null,
-            from: payload.from,
+            from: payload.from ?? (yield* sender.defaultFrom(org)),
             to: asList(payload.to),
             cc: asList(payload.cc),
             bcc: asList(payload.bcc),

@@ -136,7 +136,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
         INSERT INTO sent_emails (id, org_id, thread_id, status, kind, source_email_id, from_header, from_address, to_addresses,
           cc_addresses, bcc_addresses, reply_to, subject, message_id, in_reply_to, "references", send_at, due_at,
           lease_token, lease_until, quota_at, discard_content, attachments)
-        VALUES (${m.id}, ${m.orgId}, ${m.threadId}, 'scheduled', ${m.kind}, ${m.sourceEmailId}, ${m.fromHeader}, ${m.fromAddress},
+        VALUES (${m.id}, ${m.orgId}, ${m.threadId}, ${m.sendAt === null ? "sending" : "scheduled"}, ${m.kind}, ${m.sourceEmailId}, ${m.fromHeader}, ${m.fromAddress},
           ${JSON.stringify(m.to)}::jsonb, ${JSON.stringify(m.cc)}::jsonb, ${JSON.stringify(m.bcc)}::jsonb, ${m.replyTo},
           ${m.subject}, ${m.messageId}, ${m.inReplyTo}, ${JSON.stringify(m.references)}::jsonb, ${m.sendAt}, ${m.dueAt},
           ${m.lease?.token ?? null}, ${m.lease?.until ?? null}, ${m.quotaAt}, ${m.discardContent},
@@ -205,19 +205,19 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
             error_code = ${error.code}, error_message = ${error.message}, quota_at = NULL, updated_at = now()
           WHERE id = ${id} AND lease_token = ${token}`.pipe(Effect.asVoid, Effect.orDie)
 
-    /** Takes due scheduled sends whose lease is free (SKIP LOCKED: processes never take the same row). */
+    /** Takes due scheduled sends (and immediate ones whose process died: `sending`) whose lease is free (SKIP LOCKED: processes never take the same row). */
     const claimDue = (now: Date, token: string, leaseUntil: Date, batch: number) =>
       sql<SentRow>`
         UPDATE sent_emails s SET lease_token = ${token}, lease_until = ${leaseUntil}
         WHERE s.id IN (
           SELECT id FROM sent_emails
-           WHERE status = 'scheduled' AND due_at <= ${now} AND (lease_until IS NULL OR lease_until < ${now})
+           WHERE status IN ('scheduled', 'sending') AND due_at <= ${now} AND (lease_until IS NULL OR lease_until < ${now})
            ORDER BY due_at LIMIT ${batch} FOR UPDATE SKIP LOCKED)
         RETURNING s.*`.pipe(Effect.orDie)
 
     /** The earliest due time of a scheduled send (the timers sleep until then). */
     const nextDue = sql<{ due: Date | null }>`SELECT min(GREATEST(due_at, coalesce(lease_until, due_at))) AS due
-      FROM sent_emails WHERE status = 'scheduled'`.pipe(
+      FROM sent_emails WHERE status IN ('scheduled', 'sending')`.pipe(
       Effect.map((rows) => rows[0]?.due ?? null),
       Effect.orDie
     )

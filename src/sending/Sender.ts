@@ -28,7 +28,7 @@ import { type Decision, setLimitHeaders } from "../platform/RateLimiter.js"
 import { randomToken } from "../platform/Secrets.js"
 import { RegistryDirectory } from "../registries/Directory.js"
 import { parseRegistryRecipient } from "../registries/Directory.js"
-import { canSendFrom, sendableAddresses, validSenders } from "../registries/Senders.js"
+import { canSendFrom, onlySender, sendableAddresses, validSenders } from "../registries/Senders.js"
 import { type Mailbox, domainOf, formatMailbox, parseMailbox } from "./Addresses.js"
 import { ATTACHMENTS_MAX_BYTES, MAX_RECIPIENTS, SCHEDULE_MAX_DAYS, SUBJECT_MAX_LENGTH } from "./Api.js"
 import { composeMessage } from "./Compose.js"
@@ -231,6 +231,24 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           new CannotSendFromDomain({
             message: `${address} is not an address this organization can send from (valid senders: ${valid.length === 0 ? "none" : valid.join(", ")})`,
             details: { valid_senders: valid }
+          })
+        )
+      })
+
+    /**
+     * `from` of a send that gives none: the organization's only address (its managed inbox, when it
+     * has no verified domain); with more to choose from, 400 naming them.
+     */
+    const defaultFrom = (orgId: string) =>
+      Effect.flatMap(sendableAddresses(orgId).pipe(provideSql), (s) => {
+        const only = onlySender(s)
+        if (only !== undefined) return Effect.succeed(only)
+        const valid = validSenders(s)
+        const reason = `is required: this organization can send from more than one address (valid senders: ${valid.join(", ")})`
+        return Effect.fail(
+          new ValidationError({
+            message: `from: ${reason}`,
+            details: { issues: [{ field: "from", reason }], valid_senders: valid }
           })
         )
       })
@@ -442,7 +460,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         return { outcome: "relayed" as const, result: yield* relayRow(row, token, retryAt) }
       })
 
-    return { submit, deliver, checkQuota, orgFacts } as const
+    return { submit, deliver, checkQuota, orgFacts, defaultFrom } as const
   }),
   dependencies: [SendingRepo.Default, OutboundRelay.Default, DkimKeys.Default]
 }) {}

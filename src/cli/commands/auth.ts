@@ -20,6 +20,8 @@ const codeSent = (email: string, length?: number) =>
       "DATA_DIR/outbox/*.eml, and logs the file's path (\"dev outbox: mail to …\")."
   )
 
+const profileFlag = (name: string) => (name === "default" ? "" : ` --profile ${name}`)
+
 const nameOf = (o: Option.Option<string>) => Option.getOrElse(o, () => hostname().slice(0, 80) || "mailroom-cli")
 
 const requireTerms = (accepted: boolean) =>
@@ -33,8 +35,24 @@ const requireTerms = (accepted: boolean) =>
     return true as const
   })
 
-const codeFrom = (code: Option.Option<string>, email: string) =>
-  Option.match(code, { onSome: Effect.succeed, onNone: () => ask(`Code sent to ${email}: `) })
+/**
+ * The mailed code when the caller is there to type it: asked on stdin. With nothing to read (stdin
+ * closed, as for an agent or a script), `None`: the flow stops after mailing the code and says which
+ * command finishes it with `--code`.
+ */
+const codeOnStdin = (email: string) =>
+  ask(`Code sent to ${email}: `).pipe(
+    Effect.map((answer) => (answer === "" ? Option.none<string>() : Option.some(answer))),
+    Effect.catchTag("CliFailure", () => Effect.succeed(Option.none<string>()))
+  )
+
+/** The flow stopped after mailing its code: what finishes it. */
+const finishWith = (json: boolean, email: string, command: string) =>
+  done(json, `No code given. Once it arrives, finish with:\n  ${command}`, {
+    status: "code_sent",
+    email,
+    next: command
+  })
 
 const intervalOf = (details: { readonly [k: string]: unknown } | undefined, fallback: number) =>
   typeof details?.interval === "number" && details.interval > 0 ? details.interval : fallback
@@ -91,20 +109,51 @@ export const signup: Handler<typeof S.signup> = (o) =>
   Effect.gen(function*() {
     const t = yield* target
     const api = yield* anonymousClient(t)
-    yield* requireTerms(o.acceptTerms)
-    const pending = yield* api.auth.cliSignupStart({
-      payload: {
-        email: o.email,
-        terms_accepted: true,
-        device_name: nameOf(o.deviceName),
-        ...Option.match(o.signupCode, { onNone: () => ({}), onSome: (signup_code) => ({ signup_code }) })
-      },
-      headers: {}
-    })
-    yield* codeSent(pending.email, pending.verification_code_length)
-    const code = yield* codeFrom(o.code, pending.email)
+    const stored = t.profile.pending_signup
+    const pendingHere = stored !== undefined && stored.email.toLowerCase() === o.email.toLowerCase() &&
+      Date.parse(stored.expires_at) > Date.now()
+    let signupToken: string
+    let code: Option.Option<string>
+    if (Option.isSome(o.code) && pendingHere) {
+      // The second half of a scripted sign-up: verify the code of the one already started.
+      signupToken = stored.signup_token
+      code = o.code
+    } else {
+      if (Option.isSome(o.code)) {
+        return yield* new CliFailure({
+          message: `no sign-up of ${o.email} is waiting for a code in profile "${t.profileName}": ` +
+            `run \`mailroom signup --email ${o.email} --accept-terms\` first (it mails the code), then add --code`,
+          usage: true
+        })
+      }
+      yield* requireTerms(o.acceptTerms)
+      const pending = yield* api.auth.cliSignupStart({
+        payload: {
+          email: o.email,
+          terms_accepted: true,
+          device_name: nameOf(o.deviceName),
+          ...Option.match(o.signupCode, { onNone: () => ({}), onSome: (signup_code) => ({ signup_code }) })
+        },
+        headers: {}
+      })
+      yield* codeSent(pending.email, pending.verification_code_length)
+      signupToken = pending.signup_token
+      code = yield* codeOnStdin(pending.email)
+      if (Option.isNone(code)) {
+        // Kept in the profile (0600) so that `--code` alone finishes it, from another process.
+        yield* saveProfile(t.profileName, {
+          ...t.profile,
+          pending_signup: {
+            email: o.email,
+            signup_token: pending.signup_token,
+            expires_at: new Date(Date.now() + pending.expires_in * 1000).toISOString()
+          }
+        })
+        return yield* finishWith(t.json, pending.email, `mailroom signup --email ${o.email} --code CODE${profileFlag(t.profileName)}`)
+      }
+    }
     const tokens = yield* api.auth.cliSignupVerify({
-      payload: { signup_token: pending.signup_token, verification_code: code },
+      payload: { signup_token: signupToken, verification_code: code.value },
       headers: {}
     })
     const now = yield* Clock.currentTimeMillis
@@ -154,14 +203,27 @@ export const claim: Handler<typeof S.claim> = (o) =>
       const link = yield* client.authSession.claimLink({ payload: {}, headers: {} })
       return yield* done(t.json, `Open within ${Math.round(link.expires_in_seconds / 60)} minutes: ${link.claim_url ?? link.claim_token}`, link)
     }
-    if (Option.isNone(o.email)) {
-      return yield* new CliFailure({ message: "pass --email ADDRESS (or --link)", usage: true })
+    let code = o.code
+    if (Option.isNone(code)) {
+      // No code yet: start the claim (a code is mailed), then take the code on stdin or from a second run.
+      if (Option.isNone(o.email)) {
+        return yield* new CliFailure({ message: "pass --email ADDRESS (or --link)", usage: true })
+      }
+      const email = o.email.value
+      yield* client.authSession.claimStart({ payload: { email }, headers: {} })
+      yield* codeSent(email)
+      code = yield* codeOnStdin(email)
+      if (Option.isNone(code)) {
+        return yield* finishWith(t.json, email, `mailroom claim --email ${email} --code CODE${profileFlag(t.profileName)}`)
+      }
     }
-    const email = o.email.value
-    yield* client.authSession.claimStart({ payload: { email }, headers: {} })
-    yield* codeSent(email)
-    const code = yield* codeFrom(o.code, email)
-    const result = yield* client.authSession.claimVerify({ payload: { verification_code: code }, headers: {} })
+    // With --code: the code of the claim already started is verified; no new code is asked for.
+    const result = yield* client.authSession.claimVerify({ payload: { verification_code: code.value }, headers: {} }).pipe(
+      Effect.catchTag("NotFound", () =>
+        new CliFailure({
+          message: "no claim is waiting for a code: run `mailroom claim --email ADDRESS` first (it mails the code), then add --code"
+        }))
+    )
     yield* done(t.json, `Claimed: organization ${result.org_id} now belongs to ${result.email} (plan ${result.plan}).`, result)
   })
 

@@ -51,6 +51,10 @@ export const deploy: Handler<typeof S.functionsDeploy> = (o) =>
     const { client, target } = yield* authedClient
     const code = yield* readText(o.file, "the module")
     const secrets = yield* parseSecrets(o.secret)
+    if (o.fallback && Option.isSome(o.route)) {
+      return yield* new CliFailure({ message: "give --fallback or --route, not both", usage: true })
+    }
+    const wantsEndpoint = o.endpoint || o.fallback || Option.isSome(o.route)
     const all = yield* fetchPages(
       { limit: Option.some(100), cursor: Option.none(), all: true },
       (cursor) => client.functions.list({ urlParams: pageParams(Option.some(100), cursor) })
@@ -58,9 +62,16 @@ export const deploy: Handler<typeof S.functionsDeploy> = (o) =>
     const existing = all.items.find((f) => f.name === o.name)
     let fn: FunctionInfo
     if (existing === undefined) {
+      // One request: the function, its endpoint and its route are made together or not at all.
       const set = Object.fromEntries(Object.entries(secrets).filter((e): e is [string, string] => e[1] !== null))
       fn = yield* client.functions.create({
-        payload: { name: o.name, code, ...(Object.keys(set).length > 0 ? { secrets: set } : {}) },
+        payload: {
+          name: o.name,
+          code,
+          ...(Object.keys(set).length > 0 ? { secrets: set } : {}),
+          ...(wantsEndpoint ? { endpoint: { is_route_target: !o.fallback } } : {}),
+          ...Option.match(o.route, { onNone: () => ({}), onSome: (pattern) => ({ route: { pattern } }) })
+        },
         headers: {}
       })
     } else {
@@ -68,16 +79,26 @@ export const deploy: Handler<typeof S.functionsDeploy> = (o) =>
         path: { id: existing.id },
         payload: { code, ...(Object.keys(secrets).length > 0 ? { secrets } : {}) }
       })
+      if (Option.isSome(o.route)) {
+        // The route makes the function's endpoint (a route target) when it has none.
+        yield* client.routes.create({ payload: { pattern: o.route.value, function_id: fn.id }, headers: {} })
+        fn = yield* client.functions.get({ path: { id: fn.id } })
+      } else if (wantsEndpoint && fn.endpoint_id === null) {
+        const endpoint = yield* client.endpoints.create({
+          payload: { kind: "function", function_id: fn.id, is_route_target: !o.fallback },
+          headers: {}
+        })
+        fn = { ...fn, endpoint_id: endpoint.id }
+      }
     }
-    if (o.endpoint && fn.endpoint_id === null) {
-      const endpoint = yield* client.endpoints.create({ payload: { kind: "function", function_id: fn.id }, headers: {} })
-      fn = { ...fn, endpoint_id: endpoint.id }
-    }
+    const { code: _code, ...shown } = fn as FunctionInfo & { code?: string }
     yield* done(
       target.json,
       `${existing === undefined ? "Deployed" : "Redeployed"} ${fn.name} (version ${fn.version}, id ${fn.id})` +
-        (fn.endpoint_id === null ? "; no endpoint yet (--endpoint, or a route with --function-id)" : `; endpoint ${fn.endpoint_id}`),
-      fn
+        (fn.endpoint_id === null
+          ? "; no endpoint yet (--route PATTERN, --endpoint or --fallback)"
+          : `; endpoint ${fn.endpoint_id}${Option.isSome(o.route) ? `, mail to ${o.route.value} routed to it` : ""}`),
+      shown
     )
   })
 

@@ -91,7 +91,7 @@ export const send: Handler<typeof S.send> = (o) =>
     const { client, target } = yield* authedClient
     const sent = yield* client.sending.send({
       payload: {
-        from: o.from,
+        ...opt("from", o.from),
         to: o.to,
         ...(o.cc.length > 0 ? { cc: o.cc } : {}),
         ...(o.bcc.length > 0 ? { bcc: o.bcc } : {}),

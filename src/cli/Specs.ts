@@ -343,10 +343,15 @@ export const emailsList = leaf({
     recipient: text("recipient", "ADDRESS", "only mail to this address"),
     sender: text("sender", "ADDRESS", "only mail from this address"),
     eventType: text("event-type", "TYPE", "only this event type, e.g. email.received", { field: "event_type" }),
-    status: choice("status", ["accepted", "rejected"], "only accepted or rejected mail")
+    status: choice("status", ["accepted", "rejected"], "only accepted or rejected mail"),
+    includeWake: flag("include-wake", "also list wake firings (event type wake.command), left out by default")
   },
   args: {},
-  examples: ["mailroom emails list --sender ada@example.com", "mailroom emails list --from 2026-01-01T00:00:00Z --all --json"]
+  examples: [
+    "mailroom emails list --sender ada@example.com",
+    "mailroom emails list --from 2026-01-01T00:00:00Z --all --json",
+    "mailroom emails list --include-wake"
+  ]
 })
 
 export const emailsGet = leaf({
@@ -973,10 +978,11 @@ export const threadsList = leaf({
     ...paging,
     from: text("from", "DATE", "last activity at or after this time (ISO 8601)"),
     to: text("to", "DATE", "last activity at or before this time (ISO 8601)"),
-    participant: text("participant", "ADDRESS", "only threads with a message from, to or cc this address")
+    participant: text("participant", "ADDRESS", "only threads with a message from, to or cc this address"),
+    includeWake: flag("include-wake", "also count wake firings, and list threads made only of them (left out by default)")
   },
   args: {},
-  examples: ["mailroom threads list", "mailroom threads list --participant ada@example.com --json"]
+  examples: ["mailroom threads list", "mailroom threads list --participant ada@example.com --json", "mailroom threads list --include-wake"]
 })
 
 export const threadsGet = leaf({

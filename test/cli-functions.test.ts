@@ -190,9 +190,10 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("cli functions", (it) =
         const gone = yield* cli(env, "memories", "get", key)
         expect(gone.code).toBe(3)
         expect(gone.stderr).toContain("not_found")
+        // --function takes an id or a name: an unknown one is the API's 404.
         const badScope = yield* cli(env, "memories", "list", "--function", "nope")
-        expect(badScope.code).toBe(2)
-        expect(badScope.stderr).toContain('--function: "nope" is not a UUID')
+        expect(badScope.code).toBe(3)
+        expect(badScope.stderr).toContain("no function nope")
       }), SLOW)
   })
 
@@ -253,6 +254,62 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("cli functions", (it) =
         const got = yield* cli(env, "wake", "allowlist", "get", id)
         expect(got.stdout).toBe(`wake address: fn-${id}@agents.localhost\n@acme.com\nops@acme.com\n`)
         expect((yield* cli(env, "wake", "allowlist", "set", "waker")).stdout).toContain("takes commands from: nobody")
+      }), SLOW)
+  })
+
+  describe("ids or names", () => {
+    it.effect("a function is named by id or by name everywhere (CLI and API paths); a registry by name or by id", () =>
+      Effect.gen(function*() {
+        const { env, token } = yield* account
+        const deployed = yield* cli(env, "functions", "deploy", file("worker.js", echo("n")), "--name", "echo", "--json")
+        expect(deployed.code, deployed.stderr).toBe(0)
+        const id = (JSON.parse(deployed.stdout) as { id: string }).id
+
+        // CLI: every command that names a function takes its name.
+        const invoked = yield* cli(env, "functions", "invoke", "echo")
+        expect(invoked.code, invoked.stderr).toBe(0)
+        const logs = yield* cli(env, "functions", "logs", "echo")
+        expect(logs.code, logs.stderr).toBe(0)
+        expect(logs.stdout).toContain("n saw email.received")
+        expect((yield* cli(env, "memories", "set", "k", "1", "--function", "echo")).code).toBe(0)
+        const mem = yield* call("GET", `/v1/functions/${id}/memories/k`, { token })
+        expect(mem.body.data).toMatchObject({ key: "k", value: 1, scope: "function", function_id: id })
+        expect((yield* cli(env, "wake", "add", "echo", "--type", "t", "--every", "1h")).code).toBe(0)
+        const wakes = yield* cli(env, "wake", "list", "--function", "echo", "--json")
+        expect(wakes.code, wakes.stderr).toBe(0)
+        expect((JSON.parse(wakes.stdout) as { data: Array<{ function_id: string }> }).data).toEqual([expect.objectContaining({ function_id: id })])
+        const inbox = (yield* call("GET", "/v1/account", { token })).body.data.managed_inbox_address as string
+        const route = yield* cli(env, "routes", "add", "--pattern", inbox.replace("@", "+echo@"), "--function-id", "echo", "--json")
+        expect(route.code, route.stderr).toBe(0)
+        expect((yield* call("GET", "/v1/endpoints", { token })).body.data).toContainEqual(expect.objectContaining({ function_id: id }))
+        const unknown = yield* cli(env, "functions", "logs", "nope")
+        expect(unknown.code).toBe(3)
+        expect(unknown.stderr).toContain("no function nope")
+
+        // API: the function's paths take its name as well as its id.
+        for (const path of ["", "/invocations", "/memories", "/memories/k", "/wake-allowlist"]) {
+          const byName = yield* call("GET", `/v1/functions/echo${path}`, { token })
+          expect(byName.status, `${path}: ${byName.text}`).toBe(200)
+          const byId = yield* call("GET", `/v1/functions/${id}${path}`, { token })
+          expect(byName.body.data, path).toEqual(byId.body.data)
+        }
+        const bad = yield* call("GET", "/v1/functions/Not%20A%20Name", { token })
+        expect(bad.status).toBe(400)
+        expect(bad.body.error.code).toBe("validation_error")
+        expect((yield* call("GET", "/v1/functions/nope", { token })).status).toBe(404)
+
+        // Registries: by name (as always) and by id.
+        const reg = yield* call("POST", "/v1/registries", { token, body: { name: `ids-${id.slice(0, 8)}` } })
+        expect(reg.status, reg.text).toBe(201)
+        const byRegistryId = yield* call("GET", `/v1/registries/${reg.body.data.id}`, { token })
+        expect(byRegistryId.status, byRegistryId.text).toBe(200)
+        expect(byRegistryId.body.data.name).toBe(reg.body.data.name)
+        const cliRegistry = yield* cli(env, "registries", "show", reg.body.data.id, "--json")
+        expect(cliRegistry.code, cliRegistry.stderr).toBe(0)
+        expect(JSON.parse(cliRegistry.stdout)).toMatchObject({ id: reg.body.data.id })
+
+        expect((yield* cli(env, "functions", "delete", "echo")).code).toBe(0)
+        expect((yield* call("GET", `/v1/functions/${id}`, { token })).status).toBe(404)
       }), SLOW)
   })
 })

@@ -175,7 +175,9 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions", (it) =>
         const fn = yield* deploy(org.token, OK_CODE)
         const empty = yield* call("PATCH", `/v1/functions/${fn.id}`, { token: org.token, body: {} })
         expect(empty.status).toBe(400)
-        expect((yield* call("GET", "/v1/functions/not-a-uuid", { token: org.token })).status).toBe(400)
+        // A function is named by id or name: a reference that is neither is 400, an unknown name 404.
+        expect((yield* call("GET", "/v1/functions/Not%20a%20name", { token: org.token })).status).toBe(400)
+        expect((yield* call("GET", "/v1/functions/not-a-uuid", { token: org.token })).status).toBe(404)
         expect((yield* call("GET", `/v1/functions/${crypto.randomUUID()}`, { token: org.token })).status).toBe(404)
         const rows = yield* Effect.flatMap(SqlClient.SqlClient, (sql) =>
           sql<{ n: number }>`SELECT count(*)::int AS n FROM functions WHERE org_id = ${org.orgId}`.pipe(Effect.orDie))

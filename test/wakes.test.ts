@@ -16,6 +16,10 @@ import { checkSchedule, nextAfter } from "../src/wake/Schedule.js"
 import { extraServer, TestServer, testService } from "./support/harness.js"
 import { call } from "./support/http.js"
 import { openSmtp } from "./support/smtpClient.js"
+import { type CliEnv, runCli } from "./support/cli.js"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 
 const Env = Provisioning.Default.pipe(
   Layer.provideMerge(testService({ FUNCTION_TIMEOUT: "10s", DELIVERY_RETRY_DELAYS: "300ms", DNS_SERVER: "127.0.0.1:9" }))
@@ -211,6 +215,60 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("wakes", (it) => {
         // Deleting the function deletes its wakes.
         yield* call("DELETE", `/v1/functions/${fn}`, { token: org.token })
         expect((yield* call("GET", `/v1/wakes/${once.id}`, { token: org.token })).status).toBe(404)
+      }))
+  })
+
+  describe("wake firings in the mailbox", () => {
+    it.effect("default email and thread lists (API and CLI) leave wake firings out; include=wake and --include-wake show them", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const fn = yield* deploy(org.token)
+        const wake = (yield* createWake(org.token, { function_id: fn, command: { type: "tidy" }, every: "1h" })).body.data
+        expect((yield* call("POST", `/v1/wakes/${wake.id}/run`, { token: org.token })).status).toBe(200)
+        yield* until("the firing stored", Effect.map(wakeEmails(org.orgId, wake.id), (n) => (n === 1 ? true : undefined)))
+        const port = yield* smtp
+        yield* Effect.promise(() => {
+          const transport = nodemailer.createTransport({ host: "127.0.0.1", port, secure: false, ignoreTLS: true })
+          return transport.sendMail({ from: "ada@example.com", to: org.inbox, subject: "A person writes", text: "hello" })
+            .finally(() => transport.close())
+        })
+        const subjects = (r: { body: { data: Array<{ subject: string }> } }) => r.body.data.map((e) => e.subject).sort()
+        const person = yield* until("the person's mail", Effect.map(call("GET", "/v1/emails", { token: org.token }), (r) =>
+          r.body.data.length > 0 ? r : undefined))
+        expect(subjects(person)).toEqual(["A person writes"])
+        expect(person.body.meta.total).toBe(1)
+        const all = yield* call("GET", "/v1/emails?include=wake", { token: org.token })
+        expect(subjects(all)).toEqual(["A person writes", "Wake: tidy"])
+        expect(all.body.meta.total).toBe(2)
+        // Asking for the wake event type explicitly lists firings without include.
+        expect(subjects(yield* call("GET", "/v1/emails?event_type=wake.command", { token: org.token }))).toEqual(["Wake: tidy"])
+        expect((yield* call("GET", "/v1/emails?include=everything", { token: org.token })).status).toBe(400)
+
+        const threads = yield* call("GET", "/v1/threads", { token: org.token })
+        expect(subjects(threads)).toEqual(["A person writes"])
+        expect(threads.body.meta.total).toBe(1)
+        const withWakes = yield* call("GET", "/v1/threads?include=wake", { token: org.token })
+        expect(subjects(withWakes)).toEqual(["A person writes", "Wake: tidy"])
+        // A firing's own thread still opens by id.
+        const wakeThread = all.body.data.find((e: { subject: string }) => e.subject === "Wake: tidy").thread_id as string
+        expect((yield* call("GET", `/v1/threads/${wakeThread}`, { token: org.token })).body.data.messages).toHaveLength(1)
+
+        const server = yield* TestServer
+        const env: CliEnv = {
+          baseUrl: server.baseUrl,
+          configHome: mkdtempSync(join(tmpdir(), "mailroom-cli-")),
+          extra: { MAILROOM_API_KEY: org.token }
+        }
+        const cliSubjects = (args: Array<string>) =>
+          Effect.promise(async () => {
+            const r = await runCli([...args, "--json"], env)
+            expect(r.code, r.stderr).toBe(0)
+            return (JSON.parse(r.stdout) as { data: Array<{ subject: string }> }).data.map((e) => e.subject).sort()
+          })
+        expect(yield* cliSubjects(["emails", "list"])).toEqual(["A person writes"])
+        expect(yield* cliSubjects(["emails", "list", "--include-wake"])).toEqual(["A person writes", "Wake: tidy"])
+        expect(yield* cliSubjects(["threads", "list"])).toEqual(["A person writes"])
+        expect(yield* cliSubjects(["threads", "list", "--include-wake"])).toEqual(["A person writes", "Wake: tidy"])
       }))
   })
 

@@ -209,7 +209,7 @@ export const endpointsAdd = leaf({
   flags: {
     url: text("url", "URL", "the https URL that receives the events (http kind)"),
     kind: choice("kind", ["http", "function"], "the endpoint's kind (default http)"),
-    functionId: uuid("function-id", "the function to run (function kind)", { field: "function_id" }),
+    functionId: text("function-id", "FUNCTION", "the function to run, by id or name (function kind)", { field: "function_id" }),
     disabled: flag("disabled", "create it disabled"),
     domainId,
     routeTarget: flag("route-target", "reachable only through routes, not for every inbound email", {
@@ -306,7 +306,7 @@ export const filtersRm = leaf({
 
 const routeTarget = {
   endpointId: uuid("endpoint-id", "an active endpoint", { field: "endpoint_id" }),
-  functionId: uuid("function-id", "a function (its endpoint is reused or created)", { field: "function_id" })
+  functionId: text("function-id", "FUNCTION", "a function by id or name (its endpoint is reused or created)", { field: "function_id" })
 }
 
 export const routesList = leaf({
@@ -355,10 +355,15 @@ export const emailsList = leaf({
     recipient: text("recipient", "ADDRESS", "only mail to this address"),
     sender: text("sender", "ADDRESS", "only mail from this address"),
     eventType: text("event-type", "TYPE", "only this event type, e.g. email.received", { field: "event_type" }),
-    status: choice("status", ["accepted", "rejected"], "only accepted or rejected mail")
+    status: choice("status", ["accepted", "rejected"], "only accepted or rejected mail"),
+    includeWake: flag("include-wake", "also list wake firings (event type wake.command), left out by default")
   },
   args: {},
-  examples: ["mailroom emails list --sender ada@example.com", "mailroom emails list --from 2026-01-01T00:00:00Z --all --json"]
+  examples: [
+    "mailroom emails list --sender ada@example.com",
+    "mailroom emails list --from 2026-01-01T00:00:00Z --all --json",
+    "mailroom emails list --include-wake"
+  ]
 })
 
 export const emailsGet = leaf({
@@ -593,6 +598,8 @@ export const functionsDeploy = leaf({
   ]
 })
 
+const functionRef = textArg("function", "the function's id or name (`mailroom functions list` shows them)")
+
 export const functionsList = leaf({
   name: "list",
   summary: "Functions, newest first",
@@ -605,7 +612,7 @@ export const functionsGet = leaf({
   name: "get",
   summary: "One function (with --code: only its module source)",
   flags: { code: flag("code", "print only the module source") },
-  args: { id: idArg("function", "mailroom functions list") },
+  args: { id: functionRef },
   examples: [`mailroom functions get ${ID}`, `mailroom functions get ${ID} --code > worker.js`]
 })
 
@@ -613,7 +620,7 @@ export const functionsDelete = leaf({
   name: "delete",
   summary: "Delete a function, its endpoint, routes and memories",
   flags: {},
-  args: { id: idArg("function", "mailroom functions list") },
+  args: { id: functionRef },
   examples: [`mailroom functions delete ${ID}`]
 })
 
@@ -622,7 +629,7 @@ export const functionsInvoke = leaf({
   summary: "Run a function now on a synthetic email.received (or the event in a file)",
   description: "Prints the status, the response and the console output. Exits 1 unless the function answered 2xx.",
   flags: { event: text("event", "FILE", "a JSON file holding the event payload to send instead") },
-  args: { id: idArg("function", "mailroom functions list") },
+  args: { id: functionRef },
   examples: [`mailroom functions invoke ${ID}`, `mailroom functions invoke ${ID} --event event.json --json`]
 })
 
@@ -633,13 +640,13 @@ export const functionsLogs = leaf({
     limit: integer("limit", "how many recent invocations, 1 to 100 (default 20)", { min: 1, max: 100 }),
     follow: flag("follow", "keep printing new invocations as they happen (Ctrl-C ends)", { alias: "f" })
   },
-  args: { id: idArg("function", "mailroom functions list") },
+  args: { id: functionRef },
   examples: [`mailroom functions logs ${ID}`, `mailroom functions logs ${ID} --follow`]
 })
 
 // --- memories ----------------------------------------------------------------------------------
 
-const memoryScope = uuid("function", "a function's memories instead of the organization's", { field: "function_id" })
+const memoryScope = text("function", "FUNCTION", "a function's memories (its id or name) instead of the organization's")
 
 export const memoriesList = leaf({
   name: "list",
@@ -723,7 +730,7 @@ export const templatesInstall = leaf({
 
 // --- registries --------------------------------------------------------------------------------
 
-const registryName = textArg("name", "the registry's name (3-64 of a-z, 0-9 and -)")
+const registryName = textArg("name", "the registry's name (3-64 of a-z, 0-9 and -), or its id")
 const handleArg = textArg("handle", "the entry's handle in the registry")
 const policy = choice("policy", ["owner_only", "request", "open"], "who may publish: only you, anyone after your approval, anyone", {
   field: "publish_policy"
@@ -738,7 +745,7 @@ export const registriesCreate = leaf({
   name: "create",
   summary: "Create a registry (its name is unique across the service)",
   flags: { description: text("description", "TEXT", "what the registry lists"), policy },
-  args: { name: registryName },
+  args: { name: textArg("name", "the registry's name (3-64 of a-z, 0-9 and -)") },
   examples: ["mailroom registries create acme-agents", "mailroom registries create acme-partners --policy request"]
 })
 
@@ -834,7 +841,6 @@ export const registriesReject = leaf({
 
 // --- wake --------------------------------------------------------------------------------------
 
-const functionRef = textArg("function", "the function's id or name (`mailroom functions list` shows them)")
 
 export const wakeAdd = leaf({
   name: "add",
@@ -873,7 +879,7 @@ export const wakeList = leaf({
   summary: "Wakes, newest first",
   flags: {
     ...paging,
-    function: uuid("function", "only this function's wakes", { field: "function_id" }),
+    function: text("function", "FUNCTION", "only this function's wakes (its id or name)", { field: "function_id" }),
     status: choice("status", ["scheduled", "completed", "canceled"], "only wakes in this state")
   },
   args: {},
@@ -988,10 +994,11 @@ export const threadsList = leaf({
     ...paging,
     from: text("from", "DATE", "last activity at or after this time (ISO 8601)"),
     to: text("to", "DATE", "last activity at or before this time (ISO 8601)"),
-    participant: text("participant", "ADDRESS", "only threads with a message from, to or cc this address")
+    participant: text("participant", "ADDRESS", "only threads with a message from, to or cc this address"),
+    includeWake: flag("include-wake", "also count wake firings, and list threads made only of them (left out by default)")
   },
   args: {},
-  examples: ["mailroom threads list", "mailroom threads list --participant ada@example.com --json"]
+  examples: ["mailroom threads list", "mailroom threads list --participant ada@example.com --json", "mailroom threads list --include-wake"]
 })
 
 export const threadsGet = leaf({

@@ -2,10 +2,10 @@
  * Search over the demo mailbox, with the real search's legs: the same weighted full-text ranking
  * and trigram typo matching (run by the database over the demo's documents given inline, never over
  * stored mail), the configured embedding model for the semantic leg (the demo's vectors computed once
- * per process), reciprocal rank fusion, and the same time budget.
+ * per process) with the same relevance floor, normalised reciprocal rank fusion, and the same time budget.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect, Schedule } from "effect"
+import { Clock, Duration, Effect, Option, Schedule } from "effect"
 import { SearchTimeout, ServiceUnavailable } from "../contract/Errors.js"
 import { AppConfig } from "../platform/Config.js"
 import type { SearchMode, SearchQuery, SearchResult, SearchScope } from "../search/Api.js"
@@ -56,6 +56,7 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
     const embedder = yield* Embedder
     const config = yield* AppConfig
     const budgetMs = Duration.toMillis(config.searchTimeout)
+    const floor = Option.getOrElse(config.searchMinSimilarity, () => embedder.minSimilarity)
     // The demo's vectors, computed in the background from the first demo search on (the model may
     // take seconds to load, and a service nobody demos never loads it for the demo); until they exist
     // the demo's messages are found lexically, like stored mail the embedding backlog has not reached.
@@ -131,7 +132,8 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
             for (let j = 0; j < v.length; j++) dot += v[j]! * qv[j]!
             return { id: d.id, score: dot }
           })
-          .filter((r) => ids.has(r.id))
+          .filter((r) => ids.has(r.id) && r.score >= floor)
+          .map((r) => ({ id: r.id, score: Math.min(1, r.score) }))
           .sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : 1))
           .slice(0, k)
       })

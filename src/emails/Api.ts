@@ -73,6 +73,18 @@ export const Email = Schema.Struct({
 }).annotations({ identifier: "Email" })
 export type Email = typeof Email.Type
 
+/**
+ * `include=wake` lists wake firings too. A wake's firing is stored like received mail (event type
+ * `wake.command`, to the function's `fn-<id>@` address); default lists leave it out so the mailbox
+ * shows mail from people and systems, not the organization's own timers.
+ */
+export const IncludeWake = Schema.Literal("wake").annotations({
+  description: "`wake`: also list wake firings (mail of event type wake.command), which default lists leave out"
+})
+
+/** The event type a wake firing is stored with. */
+export const WAKE_EVENT_TYPE = "wake.command"
+
 const Limit = Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 100))
 
 export const EmailListParams = allErrors(Schema.Struct({
@@ -83,7 +95,8 @@ export const EmailListParams = allErrors(Schema.Struct({
   event_type: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(64)), { exact: true }),
   status: Schema.optionalWith(Schema.Literal("accepted", "rejected"), { exact: true }),
   date_from: Schema.optionalWith(DateTimeFilter, { exact: true }),
-  date_to: Schema.optionalWith(DateTimeFilter, { exact: true })
+  date_to: Schema.optionalWith(DateTimeFilter, { exact: true }),
+  include: Schema.optionalWith(IncludeWake, { exact: true })
 }))
 
 export const DownloadParams = allErrors(Schema.Struct({
@@ -96,6 +109,10 @@ export class EmailsApi extends HttpApiGroup.make("emails")
       .setUrlParams(EmailListParams)
       .addSuccess(OkList(EmailSummary, "EmailSummary"))
       .annotate(OpenApi.Summary, "Received emails, newest first, with cursor pagination and filters")
+      .annotate(
+        OpenApi.Description,
+        "Wake firings (event type wake.command) are left out unless `include=wake` is given or `event_type=wake.command` asks for them."
+      )
   )
   .add(
     HttpApiEndpoint.get("get", "/emails/:id")

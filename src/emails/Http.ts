@@ -100,7 +100,8 @@ export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handl
             ...(urlParams.event_type !== undefined ? { eventType: urlParams.event_type } : {}),
             ...(urlParams.status !== undefined ? { status: urlParams.status } : {}),
             ...(urlParams.date_from !== undefined ? { dateFrom: urlParams.date_from } : {}),
-            ...(urlParams.date_to !== undefined ? { dateTo: urlParams.date_to } : {})
+            ...(urlParams.date_to !== undefined ? { dateTo: urlParams.date_to } : {}),
+            includeWake: urlParams.include === "wake"
           })
           const last = page.rows[page.rows.length - 1]
           return {

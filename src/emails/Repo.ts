@@ -3,6 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import type { ParsedAttachment } from "../inbound/Parse.js"
 import { deletionEndsWatches } from "../wake/Repo.js"
+import { WAKE_EVENT_TYPE } from "./Api.js"
 
 export interface EmailRow {
   id: string
@@ -48,6 +49,8 @@ export interface EmailListQuery {
   readonly status?: string
   readonly dateFrom?: Date
   readonly dateTo?: Date
+  /** List wake firings (event type `wake.command`) too; without it they are left out. */
+  readonly includeWake?: boolean
 }
 
 export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRepo", {
@@ -59,6 +62,7 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
       if (q.recipient !== undefined) conds.push(sql`recipient = ${q.recipient.toLowerCase()}`)
       if (q.sender !== undefined) conds.push(sql`(from_address = ${q.sender.toLowerCase()} OR envelope_from = ${q.sender.toLowerCase()})`)
       if (q.eventType !== undefined) conds.push(sql`event_type = ${q.eventType}`)
+      else if (q.includeWake !== true) conds.push(sql`event_type <> ${WAKE_EVENT_TYPE}`)
       if (q.status !== undefined) conds.push(sql`status = ${q.status}`)
       if (q.dateFrom !== undefined) conds.push(sql`received_at >= ${q.dateFrom}`)
       if (q.dateTo !== undefined) conds.push(sql`received_at <= ${q.dateTo}`)

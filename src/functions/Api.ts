@@ -1,7 +1,7 @@
 /** Contract of hosted functions: deployable ES modules run in workerd on inbound mail. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict } from "../contract/Envelope.js"
+import { allErrors, DateTimeString, IdempotencyHeaders, Ok, OkList, strict } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
@@ -14,6 +14,23 @@ export const SECRET_NAME = /^[A-Z][A-Z0-9_]{0,63}$/
 export const FunctionName = Schema.String.pipe(
   Schema.pattern(/^[a-z0-9-]{1,64}$/, { message: () => "must be 1-64 characters of a-z, 0-9 and -" })
 ).annotations({ description: "1-64 of [a-z0-9-], unique in the organization" })
+
+const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+/** Whether a function reference is an id (else it is a name). */
+export const isFunctionId = (ref: string) => UUID_SHAPE.test(ref)
+
+/**
+ * A function in a path: its id or its name. A UUID is always taken as an id (so a function whose
+ * name looks like a UUID is reached by its id).
+ */
+export const FunctionRef = Schema.String.pipe(
+  Schema.filter((s) => UUID_SHAPE.test(s) || /^[a-z0-9-]{1,64}$/.test(s), {
+    message: () => "must be a function's id (UUID) or its name (1-64 of a-z, 0-9 and -)"
+  })
+).annotations({ description: "the function's id or its name" })
+
+export const FunctionPath = allErrors(Schema.Struct({ id: FunctionRef }))
 
 const Code = Schema.String.pipe(Schema.minLength(1, { message: () => "must not be empty" })).annotations({
   description: "the ES module source (at most 1 MiB): its default export has `async fetch(request, env)`"
@@ -131,7 +148,7 @@ export class FunctionsApi extends HttpApiGroup.make("functions")
   )
   .add(
     HttpApiEndpoint.get("get", "/functions/:id")
-      .setPath(IdPath)
+      .setPath(FunctionPath)
       .addSuccess(Ok(FunctionWithCode, "FunctionWithCode"))
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
@@ -139,7 +156,7 @@ export class FunctionsApi extends HttpApiGroup.make("functions")
   )
   .add(
     HttpApiEndpoint.patch("update", "/functions/:id")
-      .setPath(IdPath)
+      .setPath(FunctionPath)
       .setPayload(UpdateFunction)
       .addSuccess(Ok(FunctionInfo, "Function"))
       .addError(Wire.NotFound)
@@ -149,7 +166,7 @@ export class FunctionsApi extends HttpApiGroup.make("functions")
   )
   .add(
     HttpApiEndpoint.del("remove", "/functions/:id")
-      .setPath(IdPath)
+      .setPath(FunctionPath)
       .addSuccess(Ok(FunctionInfo, "Function"))
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
@@ -157,7 +174,7 @@ export class FunctionsApi extends HttpApiGroup.make("functions")
   )
   .add(
     HttpApiEndpoint.post("invoke", "/functions/:id/invoke")
-      .setPath(IdPath)
+      .setPath(FunctionPath)
       .setPayload(InvokeFunction)
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Ok(InvokeResult, "InvokeResult"))
@@ -167,7 +184,7 @@ export class FunctionsApi extends HttpApiGroup.make("functions")
   )
   .add(
     HttpApiEndpoint.get("invocations", "/functions/:id/invocations")
-      .setPath(IdPath)
+      .setPath(FunctionPath)
       .setUrlParams(ListQuery)
       .addSuccess(OkList(Invocation, "Invocation"))
       .addError(Wire.NotFound)

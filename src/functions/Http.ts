@@ -91,7 +91,8 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
       .handle("remove", ({ path }) =>
         Effect.gen(function*() {
           const org = yield* entitledOrg
-          const removed = yield* repo.remove(org, path.id)
+          const fn = yield* found(org, path.id)
+          const removed = yield* repo.remove(org, fn.id)
           if (Option.isNone(removed)) return yield* new NotFound({ message: `no function ${path.id}` })
           return toFunction({ ...removed.value, endpoint_id: null })
         }))
@@ -138,10 +139,10 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
       .handle("invocations", ({ path, urlParams }) =>
         Effect.gen(function*() {
           const org = yield* entitledOrg
-          yield* found(org, path.id)
+          const fn = yield* found(org, path.id)
           const after = yield* decodeCursor(urlParams.cursor)
           const limit = urlParams.limit ?? DEFAULT_PAGE_SIZE
-          const { rows, total } = yield* repo.invocations(path.id, limit, after)
+          const { rows, total } = yield* repo.invocations(fn.id, limit, after)
           return pageOf(rows, limit, total, toInvocation)
         }))
   })).pipe(

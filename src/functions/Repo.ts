@@ -12,7 +12,7 @@ import { pageWithTotal } from "../platform/Listing.js"
 import { open, seal } from "../platform/Sealed.js"
 import { ServiceKey } from "../platform/ServiceKey.js"
 import { catchUnique } from "../platform/SqlErrors.js"
-import type { FunctionInfo, FunctionWithCode, Invocation } from "./Api.js"
+import { type FunctionInfo, type FunctionWithCode, type Invocation, isFunctionId } from "./Api.js"
 
 export interface FunctionRow {
   readonly id: string
@@ -110,8 +110,9 @@ export class FunctionsRepo extends Effect.Service<FunctionsRepo>()("mailroom/Fun
           return JSON.parse(plain) as Record<string, string>
         })
 
-    const find = (orgId: string, id: string) =>
-      sql<FunctionRow>`${sql.literal(SELECT_FUNCTION)} WHERE f.id = ${id} AND f.org_id = ${orgId}`.pipe(
+    /** A function of the organization by id, or by name (`ref` not shaped like a UUID). */
+    const find = (orgId: string, ref: string) =>
+      sql<FunctionRow>`${sql.literal(SELECT_FUNCTION)} WHERE ${isFunctionId(ref) ? sql`f.id = ${ref}` : sql`f.name = ${ref}`} AND f.org_id = ${orgId}`.pipe(
         Effect.map((rows) => Option.fromNullable(rows[0])),
         Effect.orDie
       )

@@ -4,6 +4,7 @@ import { Schema } from "effect"
 import { allErrors, DateTimeString, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { Authentication } from "../contract/Security.js"
+import { FunctionPath, FunctionRef } from "../functions/Api.js"
 
 export const MemoryScopeName = Schema.Literal("org", "function")
 
@@ -51,8 +52,7 @@ export const MemoryListQuery = allErrors(Schema.Struct({
 export type MemoryListQuery = typeof MemoryListQuery.Type
 
 const KeyPath = allErrors(Schema.Struct({ key: Schema.String.annotations({ description: "the key, percent-encoded" }) }))
-const FunctionPath = allErrors(Schema.Struct({ id: Uuid }))
-const FunctionKeyPath = allErrors(Schema.Struct({ id: Uuid, key: Schema.String }))
+const FunctionKeyPath = allErrors(Schema.Struct({ id: FunctionRef, key: Schema.String }))
 
 export class MemoriesApi extends HttpApiGroup.make("memories")
   .add(

@@ -72,12 +72,13 @@ export const MemoriesHttpLive = HttpApiBuilder.group(MailroomApi, "memories", (h
     const orgScope = Effect.map(CurrentPrincipal, (p): MemoryScope => ({ orgId: p.orgId, functionId: null }))
 
     /** A function's scope: the organization must hold the entitlement and the function. */
-    const functionScope = (functionId: string) =>
+    const functionScope = (ref: string) =>
       Effect.gen(function*() {
         const { orgId } = yield* CurrentPrincipal
         yield* requireEntitlement(orgId, "functions", "function memories").pipe(Effect.provideService(SqlClient.SqlClient, sql))
-        if (!(yield* repo.functionExists(orgId, functionId))) return yield* new NotFound({ message: `no function ${functionId}` })
-        return { orgId, functionId } satisfies MemoryScope
+        const id = yield* repo.functionIdOf(orgId, ref)
+        if (Option.isNone(id)) return yield* new NotFound({ message: `no function ${ref}` })
+        return { orgId, functionId: id.value } satisfies MemoryScope
       })
 
     const list = (scope: MemoryScope, q: MemoryListQuery) =>

@@ -7,6 +7,7 @@ import { sqlState, STORAGE_QUOTA_SQLSTATE } from "../platform/SqlErrors.js"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
 import { Conflict } from "../contract/Errors.js"
+import { isFunctionId } from "../functions/Api.js"
 
 export const KEY_MAX_BYTES = 512
 export const VALUE_MAX_BYTES = 64 * 1024
@@ -120,12 +121,14 @@ export class MemoriesRepo extends Effect.Service<MemoriesRepo>()("mailroom/Memor
       }).pipe(Effect.orDie)
 
     /** Whether the function exists in the organization (function scopes are addressed by its id). */
-    const functionExists = (orgId: string, functionId: string) =>
-      sql<{ id: string }>`SELECT id FROM functions WHERE id = ${functionId} AND org_id = ${orgId}`.pipe(
-        Effect.map((rows) => rows.length > 0),
+    /** The id of the organization's function given by id or by name. */
+    const functionIdOf = (orgId: string, ref: string) =>
+      sql<{ id: string }>`SELECT id FROM functions
+        WHERE ${isFunctionId(ref) ? sql`id = ${ref}` : sql`name = ${ref}`} AND org_id = ${orgId}`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0]?.id)),
         Effect.orDie
       )
 
-    return { list, get, put, remove, functionExists } as const
+    return { list, get, put, remove, functionIdOf } as const
   })
 }) {}

@@ -60,6 +60,12 @@ export interface AppConfigShape {
   readonly searchTimeout: Duration.Duration
   /** Index new mail for search (lexical at once, embeddings by the backlog); off only to measure its cost. */
   readonly searchIndexing: boolean
+  /**
+   * The semantic relevance floor: a message whose cosine similarity to the query is below it is not
+   * returned by semantic search nor brought in by hybrid's semantic leg. None: the embedder's own
+   * default (`Embedder.minSimilarity`).
+   */
+  readonly searchMinSimilarity: Option.Option<number>
 }
 
 /** Networks the payments area knows how to settle on (its table of USDC contracts). */
@@ -228,7 +234,10 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   embeddingsApiKey: Config.option(Config.redacted("EMBEDDINGS_API_KEY")),
   embeddingsModel: Config.option(Config.string("EMBEDDINGS_MODEL")),
   searchTimeout: duration("SEARCH_TIMEOUT", "2s"),
-  searchIndexing: bool("SEARCH_INDEXING", true)
+  searchIndexing: bool("SEARCH_INDEXING", true),
+  searchMinSimilarity: Config.option(Config.number("SEARCH_MIN_SIMILARITY").pipe(
+    Config.validate({ message: "must be a number from 0 to 1", validation: (n) => Number.isFinite(n) && n >= 0 && n <= 1 })
+  ))
 }).pipe(
   Config.mapOrFail((c) => {
     const rpc = Option.isSome(c.x402RpcUrl)

@@ -163,8 +163,9 @@ export const EntryListQuery = allErrors(Schema.Struct({
 }))
 export type EntryListQuery = typeof EntryListQuery.Type
 
-export const RegistryPath = allErrors(Schema.Struct({ name: RegistryName }))
-export const EntryPath = allErrors(Schema.Struct({ name: RegistryName, handle: Handle }))
+const RegistryRef = RegistryName.annotations({ description: "the registry's name, or its id" })
+export const RegistryPath = allErrors(Schema.Struct({ name: RegistryRef }))
+export const EntryPath = allErrors(Schema.Struct({ name: RegistryRef, handle: Handle }))
 
 export class RegistriesApi extends HttpApiGroup.make("registries")
   .add(

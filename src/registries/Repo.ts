@@ -72,12 +72,20 @@ export interface EntryPatch {
 const isSqlError = (e: unknown): e is SqlError.SqlError =>
   typeof e === "object" && e !== null && (e as { _tag?: string })._tag === "SqlError"
 
+const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
 export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/RegistriesRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const find = (name: string) =>
-      sql<RegistryRow>`SELECT r.*, ${sql.literal(ENTRY_COUNT)} FROM registries r WHERE r.name = ${name}`.pipe(
+    /**
+     * A registry by name, or by id: a UUID-shaped reference that names no registry is tried as an id
+     * (a name match wins, since a lowercase UUID is also a valid name).
+     */
+    const find = (ref: string) =>
+      sql<RegistryRow>`SELECT r.*, ${sql.literal(ENTRY_COUNT)} FROM registries r
+        WHERE r.name = ${ref} ${UUID_SHAPE.test(ref) ? sql`OR r.id = ${ref.toLowerCase()}::uuid` : sql``}
+        ORDER BY (r.name = ${ref}) DESC LIMIT 1`.pipe(
         Effect.map((rows) => Option.fromNullable(rows[0])),
         Effect.orDie
       )

@@ -41,7 +41,9 @@ export const SearchResult = Schema.Struct({
   date: DateTimeString,
   snippet: Schema.String,
   score: Schema.Number.annotations({
-    description: "lexical: full-text rank (typo matches below exact ones); semantic: cosine similarity; hybrid: reciprocal rank fusion"
+    description: "relevance from 0 to 1, per mode: lexical: full-text rank as rank/(rank+1) (typo matches at most 0.01); " +
+      "semantic: cosine similarity (never below the relevance floor); hybrid: reciprocal rank fusion divided by its " +
+      "maximum (1 = first in both legs, 0.5 = first in one)"
   }),
   matched: Schema.Array(Leg).annotations({ description: "the legs that found this message" })
 }).annotations({ identifier: "SearchResult" })
@@ -75,7 +77,11 @@ export class SearchApi extends HttpApiGroup.make("search")
     OpenApi.Description,
     "Lexical: PostgreSQL full-text search (subject, then sender, then body; websearch syntax) plus trigram similarity " +
       "of subject and sender for misspellings. Semantic: embeddings of subject and text, computed after the mail is " +
-      "stored (mail not embedded yet is still found lexically). Hybrid: reciprocal rank fusion of both lists. The whole " +
+      "stored (mail not embedded yet is still found lexically). Hybrid: reciprocal rank fusion of both lists. " +
+      "Relevance floor: lexical returns only messages that match the query (words, or a subject/sender word within " +
+      "typo distance); semantic returns only messages whose cosine similarity to the query is at least " +
+      "SEARCH_MIN_SIMILARITY (0.42 for the built-in model, 0.3 for an embeddings service); hybrid fuses what passed " +
+      "either floor. So a query unrelated to every message answers no results, not the least bad ones. The whole " +
       "search runs under SEARCH_TIMEOUT (default 2s): past it, 504 search_timeout. Needs the `search` entitlement."
   )
 {}

@@ -2,8 +2,16 @@
  * One search: the lexical leg, the semantic leg (the query embedded, then the organization's
  * vectors ranked exactly), or both fused by reciprocal rank fusion, under one time budget
  * (`SEARCH_TIMEOUT`) that covers everything, the query's embedding included.
+ *
+ * Relevance: every score is between 0 and 1, and nothing below a leg's floor is returned. Lexical:
+ * a message must match the query's words (or, for typos, a subject or sender word must be within
+ * trigram distance); its score is the full-text rank normalised to rank/(rank+1), typo matches
+ * at most 0.01. Semantic: the cosine similarity of the query and the message, at least the
+ * relevance floor (`SEARCH_MIN_SIMILARITY`, else the embedder's default). Hybrid: what passed either
+ * leg's floor, fused by reciprocal rank, the sum divided by its largest possible value (first in
+ * both legs = 1, first in one leg only = 0.5).
  */
-import { Clock, Duration, Effect } from "effect"
+import { Clock, Duration, Effect, Option } from "effect"
 import { SearchTimeout, ServiceUnavailable } from "../contract/Errors.js"
 import { AppConfig } from "../platform/Config.js"
 import type { Leg, SearchMode, SearchResult } from "./Api.js"
@@ -21,8 +29,9 @@ export interface Fused {
 }
 
 /**
- * Reciprocal rank fusion of ranked lists. Ties (equal fused score) are broken by `tieBreak`
- * (newest first, then id) so the same inputs always give the same order.
+ * Reciprocal rank fusion of ranked lists, normalised to 0–1: the sum of 1/(k + rank) divided by
+ * its largest possible value (first in every list). Ties (equal fused score) are broken by
+ * `tieBreak` (newest first, then id) so the same inputs always give the same order.
  */
 export const fuse = (
   lists: ReadonlyArray<{ readonly leg: Leg; readonly ranked: ReadonlyArray<Ranked> }>,
@@ -37,8 +46,9 @@ export const fuse = (
       acc.set(r.id, entry)
     })
   }
+  const best = lists.length / (RRF_K + 1)
   return [...acc.entries()]
-    .map(([id, e]) => ({ id, score: e.score, matched: [...e.matched].sort() }))
+    .map(([id, e]) => ({ id, score: best > 0 ? Math.min(1, e.score / best) : 0, matched: [...e.matched].sort() }))
     .sort((a, b) => b.score - a.score || tieBreak(a.id, b.id))
 }
 
@@ -59,6 +69,7 @@ export class Search extends Effect.Service<Search>()("mailroom/Search", {
     const embedder = yield* Embedder
     const config = yield* AppConfig
     const budgetMs = Duration.toMillis(config.searchTimeout)
+    const floor = Option.getOrElse(config.searchMinSimilarity, () => embedder.minSimilarity)
 
     /** Candidates per leg: more than shown, so fusion has something to agree on. */
     const legSize = (limit: number) => Math.min(100, Math.max(50, limit * 2))
@@ -85,8 +96,9 @@ export class Search extends Effect.Service<Search>()("mailroom/Search", {
         const near = yield* vectors.nearest(r.orgId, embedder.model, query!, k, only)
         // A vector held in memory may be stale: its message's content discarded (or the message
         // re-embedded) since. Only vectors still stored count.
-        const current = yield* repo.embedded(r.orgId, embedder.model, near.map((n) => n.id))
-        return near.filter((n) => current.has(n.id))
+        const relevant = near.filter((n) => n.score >= floor).map((n) => ({ id: n.id, score: Math.min(1, n.score) }))
+        const current = yield* repo.embedded(r.orgId, embedder.model, relevant.map((n) => n.id))
+        return relevant.filter((n) => current.has(n.id))
       })
 
     const run = (r: SearchRequest) =>

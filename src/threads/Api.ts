@@ -3,6 +3,7 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { allErrors, DateTimeFilter, DateTimeString, IdPath, Ok, OkList, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
+import { IncludeWake } from "../emails/Api.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
 import { ThreadWatch } from "../wake/Api.js"
@@ -54,7 +55,8 @@ export const ThreadListQuery = allErrors(Schema.Struct({
     description: "only threads with a message from, to or cc this address"
   }),
   date_from: Schema.optionalWith(DateTimeFilter, { exact: true }).annotations({ description: "last activity at or after" }),
-  date_to: Schema.optionalWith(DateTimeFilter, { exact: true }).annotations({ description: "last activity at or before" })
+  date_to: Schema.optionalWith(DateTimeFilter, { exact: true }).annotations({ description: "last activity at or before" }),
+  include: Schema.optionalWith(IncludeWake, { exact: true })
 }))
 
 export class ThreadsApi extends HttpApiGroup.make("threads")
@@ -63,6 +65,11 @@ export class ThreadsApi extends HttpApiGroup.make("threads")
       .setUrlParams(ThreadListQuery)
       .addSuccess(OkList(Thread, "Thread"))
       .annotate(OpenApi.Summary, "Conversations, last activity first")
+      .annotate(
+        OpenApi.Description,
+        "Wake firings are left out (their counts, snippets and threads made of nothing else) unless `include=wake` is given; " +
+          "GET /threads/{id} always shows every message."
+      )
   )
   .add(
     HttpApiEndpoint.get("get", "/threads/:id")

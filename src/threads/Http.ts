@@ -72,15 +72,17 @@ export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (han
           const { orgId } = yield* CurrentPrincipal
           const limit = urlParams.limit ?? DEFAULT_PAGE_SIZE
           const after = yield* decodeCursor(urlParams.cursor)
+          const includeWake = urlParams.include === "wake"
           const { rows, total } = yield* repo.list(orgId, {
             limit,
             after,
             participant: urlParams.participant,
             dateFrom: urlParams.date_from,
-            dateTo: urlParams.date_to
+            dateTo: urlParams.date_to,
+            includeWake
           })
           const page = rows.slice(0, limit)
-          const messages = yield* repo.messagesOf(orgId, page.map((t) => t.id))
+          const messages = yield* repo.messagesOf(orgId, page.map((t) => t.id), includeWake)
           const byThread = new Map<string, Array<MessageRow>>()
           for (const m of messages) {
             const list = byThread.get(m.thread_id)

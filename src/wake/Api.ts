@@ -5,6 +5,7 @@ import { allErrors, DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, stri
 import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
+import { FunctionPath } from "../functions/Api.js"
 
 export const PAYLOAD_MAX_BYTES = 16 * 1024
 export const MAX_ALLOWED_SENDERS = 100
@@ -162,7 +163,7 @@ export class WakesApi extends HttpApiGroup.make("wakes")
   )
   .add(
     HttpApiEndpoint.get("getAllowlist", "/functions/:id/wake-allowlist")
-      .setPath(IdPath)
+      .setPath(FunctionPath)
       .addSuccess(Ok(WakeAllowlist, "WakeAllowlist"))
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
@@ -170,7 +171,7 @@ export class WakesApi extends HttpApiGroup.make("wakes")
   )
   .add(
     HttpApiEndpoint.put("putAllowlist", "/functions/:id/wake-allowlist")
-      .setPath(IdPath)
+      .setPath(FunctionPath)
       .setPayload(PutWakeAllowlist)
       .addSuccess(Ok(WakeAllowlist, "WakeAllowlist"))
       .addError(Wire.NotFound)

@@ -41,7 +41,12 @@ export const threadsList: Handler<typeof S.threadsList> = (o) =>
     const { client, target } = yield* authedClient
     const from = yield* parseDate("from", o.from)
     const to = yield* parseDate("to", o.to)
-    const filters = { ...opt("participant", o.participant), ...opt("date_from", from), ...opt("date_to", to) }
+    const filters = {
+      ...opt("participant", o.participant),
+      ...opt("date_from", from),
+      ...opt("date_to", to),
+      ...(o.includeWake ? { include: "wake" as const } : {})
+    }
     const page = yield* fetchPages(o, (cursor) => client.threads.list({ urlParams: { ...filters, ...pageParams(o.limit, cursor) } }))
     yield* showList(target.json, page, threadColumns)
   })

@@ -48,7 +48,8 @@ export const emailsList: Handler<typeof S.emailsList> = (o) =>
       ...opt("event_type", o.eventType),
       ...opt("status", o.status),
       ...opt("date_from", from),
-      ...opt("date_to", to)
+      ...opt("date_to", to),
+      ...(o.includeWake ? { include: "wake" as const } : {})
     }
     const page = yield* fetchPages(o, (cursor) => client.emails.list({ urlParams: { ...filters, ...pageParams(o.limit, cursor) } }))
     yield* showList(target.json, page, emailColumns)

@@ -10,6 +10,7 @@ import { authedClient } from "../Session.js"
 import type { Handler } from "../Spec.js"
 import type * as S from "../Specs.js"
 import { fetchPages, opt, pageParams, parseJsonOption } from "./common.js"
+import { optionalFunctionId } from "./refs.js"
 
 /** `--domain-id UUID` or `--domain-id none` (organization-wide). */
 const domainIdValue = (v: Option.Option<string>) =>
@@ -111,7 +112,7 @@ export const endpointsAdd: Handler<typeof S.endpointsAdd> = (o) =>
       payload: {
         ...opt("url", o.url),
         ...opt("kind", o.kind),
-        ...opt("function_id", o.functionId),
+        ...opt("function_id", yield* optionalFunctionId(client, o.functionId)),
         ...(o.disabled ? { enabled: false } : {}),
         ...domain,
         ...(o.routeTarget ? { is_route_target: true } : {}),
@@ -210,7 +211,7 @@ export const routesAdd: Handler<typeof S.routesAdd> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const r = yield* client.routes.create({
-      payload: { pattern: o.pattern, ...opt("endpoint_id", o.endpointId), ...opt("function_id", o.functionId) },
+      payload: { pattern: o.pattern, ...opt("endpoint_id", o.endpointId), ...opt("function_id", yield* optionalFunctionId(client, o.functionId)) },
       headers: {}
     })
     yield* showOne(target.json, r)
@@ -219,7 +220,11 @@ export const routesAdd: Handler<typeof S.routesAdd> = (o) =>
 export const routesUpdate: Handler<typeof S.routesUpdate> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
-    const payload = { ...opt("pattern", o.pattern), ...opt("endpoint_id", o.endpointId), ...opt("function_id", o.functionId) }
+    const payload = {
+      ...opt("pattern", o.pattern),
+      ...opt("endpoint_id", o.endpointId),
+      ...opt("function_id", yield* optionalFunctionId(client, o.functionId))
+    }
     if (Object.keys(payload).length === 0) {
       return yield* new CliFailure({ message: "nothing to change: pass --pattern, --endpoint-id or --function-id", usage: true })
     }

@@ -7,23 +7,7 @@ import { authedClient, type Client } from "../Session.js"
 import type { Handler } from "../Spec.js"
 import type * as S from "../Specs.js"
 import { fetchPages, opt, pageParams } from "./common.js"
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-
-/** A function given by id, or by name (looked up among the organization's functions). */
-const functionId = (client: Client, ref: string) =>
-  Effect.gen(function*() {
-    if (UUID.test(ref)) return ref
-    const all = yield* fetchPages(
-      { limit: Option.some(100), cursor: Option.none(), all: true },
-      (cursor) => client.functions.list({ urlParams: pageParams(Option.some(100), cursor) })
-    )
-    const found = all.items.find((f) => f.name === ref)
-    if (found === undefined) {
-      return yield* new CliFailure({ message: `no function named "${ref}" (\`mailroom functions list\` shows them)`, usage: true })
-    }
-    return found.id
-  })
+import { functionId, optionalFunctionId } from "./refs.js"
 
 const wakeColumns = [
   col<Wake>("id", (w) => w.id),
@@ -91,7 +75,7 @@ export const add: Handler<typeof S.wakeAdd> = (o) =>
 export const list: Handler<typeof S.wakeList> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
-    const filters = { ...opt("function_id", o.function), ...opt("status", o.status) }
+    const filters = { ...opt("function_id", yield* optionalFunctionId(client, o.function)), ...opt("status", o.status) }
     const page = yield* fetchPages(o, (cursor) => client.wakes.list({ urlParams: { ...filters, ...pageParams(o.limit, cursor) } }))
     yield* showList(target.json, page, wakeColumns)
   })

@@ -589,7 +589,7 @@ export const functionsDeploy = leaf({
   args: { file: textArg("file", "the module's file, e.g. worker.js") },
   examples: [
     "mailroom functions deploy worker.js --name triage",
-    "mailroom functions deploy worker.js --name triage --secret KEY=… --route support@acme.com"
+    "mailroom functions deploy worker.js --name triage --route support@acme.com"
   ]
 })
 

@@ -5,6 +5,9 @@
  * A new area is a folder and a line here: its handlers in `AreaHandlers` (and its group in
  * `Api.ts`), its workers in `AreaWorkers`, a service other areas use in `AreaServicesLive`.
  */
+import { OperatorSocketLive } from "./operator/Socket.js"
+import { Provisioning } from "./identity/Provisioning.js"
+import { SettleCaps } from "./payments/SettleCaps.js"
 import { HttpApiBuilder } from "@effect/platform"
 import { Layer } from "effect"
 import { MailroomApi } from "./Api.js"
@@ -210,7 +213,9 @@ const AreaWorkers = [
   // Payments a stopped process left settling, ended from what the chain says.
   SettlementReconcilerLive(),
   ProcessStatsLive,
-  EventLogMaintenanceLive
+  EventLogMaintenanceLive,
+  // `npm run admin` beside this process on the embedded database.
+  OperatorSocketLive.pipe(Layer.provide([Provisioning.Default, SettleCaps.Default]))
 ] as const
 
 /** The whole service over an AppConfig. */

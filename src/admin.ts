@@ -1,34 +1,22 @@
 /**
  * Operator command: `npm run admin -- <command>`. Uses the same configuration as the service
- * (DATABASE_URL, or the embedded database in DATA_DIR while the service is stopped). Without either
- * it uses the service's default data, `./.data` of the current directory, only when a database is
- * there: it never starts an empty one that no service reads, and says where it looked.
+ * (DATABASE_URL, or the embedded database in DATA_DIR). Beside a running service on the embedded
+ * database (whose files only that process may open) the command is handed to the service over its
+ * operator socket, DATA_DIR/admin.sock, and runs there. Without DATABASE_URL or DATA_DIR it uses the
+ * service's default data, `./.data` of the current directory, only when a database is there: it
+ * never starts an empty one that no service reads, and says where it looked.
  */
-import { Args, Command, Options } from "@effect/cli"
-import { SqlClient } from "@effect/sql"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
-import { Console, Effect, Layer, Option, Schema } from "effect"
-import { existsSync } from "node:fs"
-import { join, resolve } from "node:path"
-import { OPERATOR_ENTITLEMENTS, Plan } from "./contract/Plans.js"
+import { Effect, Layer } from "effect"
+import { existsSync, readFileSync } from "node:fs"
+import { connect } from "node:net"
+import { dirname, join, resolve } from "node:path"
 import { Provisioning } from "./identity/Provisioning.js"
-import { signupCodeHash } from "./identity/Signup.js"
-import { randomToken } from "./platform/Secrets.js"
+import { runOperatorCommand, set } from "./operator/Commands.js"
+import { OPERATOR_SOCKET, type OperatorAnswer } from "./operator/Socket.js"
 import { AppConfigLive } from "./platform/Config.js"
 import { DatabaseLive } from "./platform/Database.js"
-import { fromAtomic, toAtomic } from "./payments/Money.js"
 import { SettleCaps } from "./payments/SettleCaps.js"
-
-const OrgId = Schema.UUID
-
-const set = (name: string) => (process.env[name] ?? "") !== ""
-
-/** Which database the command works on, for messages. */
-const databaseLabel = set("DATABASE_URL")
-  ? "the PostgreSQL database of DATABASE_URL"
-  : `the embedded database in ${resolve(process.env.DATA_DIR || ".data")}${set("DATA_DIR") ? " (DATA_DIR)" : " (DATA_DIR unset: ./.data)"}`
-
-const noOrganization = (orgId: string) => new Error(`no organization ${orgId} in ${databaseLabel}`)
 
 /**
  * Neither DATABASE_URL nor DATA_DIR: the service's default data must be there. Creating an empty
@@ -44,150 +32,49 @@ const missingDefaultData = (): string | undefined => {
     "DATA_DIR=<the directory the service was started with> (or DATABASE_URL=postgres://…) npm run admin -- …"
 }
 
-const createOrg = Command.make(
-  "create-org",
-  {
-    name: Args.text({ name: "name" }).pipe(Args.withDescription("organization name")),
-    plan: Options.choice("plan", ["agent", "developer", "pro"] as const).pipe(
-      Options.withDefault("developer" as const),
-      Options.withDescription("plan of the new organization")
-    )
-  },
-  ({ name, plan }) =>
-    Effect.gen(function*() {
-      const provisioning = yield* Provisioning
-      const org = yield* provisioning.createOrganization({ name, plan })
-      const key = yield* provisioning.issueApiKey(org.id, { name: "admin" })
-      yield* Console.log(`org_id=${org.id}`)
-      yield* Console.log(`plan=${org.plan}`)
-      yield* Console.log(`managed_inbox_address=${org.managedInboxAddress}`)
-      yield* Console.log(`api_key=${key.apiKey}`)
-    })
-).pipe(Command.withDescription("create an organization and print its API key (shown once)"))
+const isAlive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
 
-const setPlan = Command.make(
-  "set-plan",
-  {
-    orgId: Args.text({ name: "org_id" }).pipe(Args.withSchema(OrgId)),
-    plan: Args.choice([["agent", "agent"], ["developer", "developer"], ["pro", "pro"]] as const, { name: "plan" })
-  },
-  ({ orgId, plan }) =>
-    Effect.gen(function*() {
-      const provisioning = yield* Provisioning
-      const updated = yield* provisioning.setPlan(orgId, Schema.decodeSync(Plan)(plan))
-      if (Option.isNone(updated)) return yield* Effect.fail(noOrganization(orgId))
-      yield* Console.log(`org_id=${orgId} plan=${plan}`)
-    })
-).pipe(Command.withDescription("change an organization's plan (billing is outside the API)"))
+/** The operator socket of a service running on the embedded database in DATA_DIR, if one is. */
+const runningService = (): string | undefined => {
+  if (set("DATABASE_URL")) return undefined
+  const dataDir = resolve(process.env.DATA_DIR || ".data")
+  const lock = join(dirname(join(dataDir, "pglite")), "pglite.lock")
+  const socket = join(dataDir, OPERATOR_SOCKET)
+  if (!existsSync(lock) || !existsSync(socket)) return undefined
+  const pid = Number(readFileSync(lock, "utf8").trim())
+  return Number.isInteger(pid) && pid > 0 && pid !== process.pid && isAlive(pid) ? socket : undefined
+}
 
-const createSignupCode = Command.make(
-  "create-signup-code",
-  {
-    plan: Options.choice("plan", ["agent", "developer", "pro"] as const).pipe(
-      Options.withDefault("developer" as const),
-      Options.withDescription("plan of the organization created when the code is redeemed")
-    ),
-    note: Options.text("note").pipe(Options.optional, Options.withDescription("who the code is for")),
-    days: Options.integer("expires-in-days").pipe(Options.optional, Options.withDescription("days until it expires"))
-  },
-  ({ days, note, plan }) =>
-    Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      const code = `MR-${randomToken(16)}`
-      const expires = Option.map(days, (d) => new Date(Date.now() + d * 86_400_000))
-      yield* sql`INSERT INTO signup_codes (code_hash, plan, note, expires_at)
-                 VALUES (${signupCodeHash(code)}, ${plan}, ${Option.getOrNull(note)}, ${Option.getOrNull(expires)})`
-      yield* Console.log(`signup_code=${code}`)
-      yield* Console.log(`plan=${plan}`)
-    })
-).pipe(Command.withDescription("create a reserved sign-up code (shown once, stored hashed; redeemed once at sign-up)"))
-
-const entitlementArg = Args.choice(OPERATOR_ENTITLEMENTS.map((e) => [e, e] as const), { name: "entitlement" })
-
-const orgExists = (orgId: string) =>
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql<{ id: string }>`SELECT id FROM organizations WHERE id = ${orgId}`
-    if (rows.length === 0) return yield* Effect.fail(noOrganization(orgId))
-  })
-
-const grant = Command.make(
-  "grant",
-  { orgId: Args.text({ name: "org_id" }).pipe(Args.withSchema(OrgId)), entitlement: entitlementArg },
-  ({ entitlement, orgId }) =>
-    Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      yield* orgExists(orgId)
-      yield* sql`INSERT INTO organization_entitlements (org_id, entitlement) VALUES (${orgId}, ${entitlement})
-                 ON CONFLICT DO NOTHING`
-      yield* Console.log(`org_id=${orgId} granted=${entitlement}`)
-    })
-).pipe(Command.withDescription("grant an operator-granted entitlement (payments) to an organization"))
-
-const revoke = Command.make(
-  "revoke",
-  { orgId: Args.text({ name: "org_id" }).pipe(Args.withSchema(OrgId)), entitlement: entitlementArg },
-  ({ entitlement, orgId }) =>
-    Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      yield* orgExists(orgId)
-      yield* sql`DELETE FROM organization_entitlements WHERE org_id = ${orgId} AND entitlement = ${entitlement}`
-      yield* Console.log(`org_id=${orgId} revoked=${entitlement}`)
-    })
-).pipe(Command.withDescription("revoke an operator-granted entitlement"))
-
-/** `10`, `2.5`, or `default` (back to the service default). */
-const capOption = (name: string, what: string) =>
-  Options.text(name).pipe(
-    Options.optional,
-    Options.withDescription(`${what} in USDC (a decimal such as 25 or 2.5), or \`default\``)
-  )
-
-const capValue = (name: string, v: Option.Option<string>) =>
-  Option.match(v, {
-    onNone: () => Effect.succeed(undefined),
-    onSome: (text) => {
-      if (text === "default") return Effect.succeed(null)
-      const atomic = toAtomic(text)
-      return atomic === undefined
-        ? Effect.fail(new Error(`--${name}: "${text}" is not a USDC amount (at most 6 decimals)`))
-        : Effect.succeed(atomic)
-    }
-  })
-
-const settleCaps = Command.make(
-  "settle-caps",
-  {
-    orgId: Args.text({ name: "org_id" }).pipe(Args.withSchema(OrgId)),
-    perSettle: capOption("per-settle", "largest single email-rail settlement"),
-    daily: capOption("daily", "most settled per UTC day on the email rail"),
-    monthly: capOption("monthly", "most settled per UTC month on the email rail")
-  },
-  ({ daily, monthly, orgId, perSettle }) =>
-    Effect.gen(function*() {
-      yield* orgExists(orgId)
-      const caps = yield* SettleCaps
-      const change = {
-        perSettle: yield* capValue("per-settle", perSettle),
-        daily: yield* capValue("daily", daily),
-        monthly: yield* capValue("monthly", monthly)
+/** Hands the command line to the running service and prints its answer. */
+const throughService = (socket: string, args: ReadonlyArray<string>) =>
+  Effect.async<OperatorAnswer, Error>((resume) => {
+    let input = ""
+    const client = connect(socket, () => client.write(`${JSON.stringify({ args })}\n`))
+    client.setEncoding("utf8")
+    client.on("data", (chunk: string) => (input += chunk))
+    client.on("error", (e) => resume(Effect.fail(new Error(`the running service's operator socket ${socket}: ${e.message}`))))
+    client.on("end", () => {
+      try {
+        resume(Effect.succeed(JSON.parse(input) as OperatorAnswer))
+      } catch {
+        resume(Effect.fail(new Error(`the running service's operator socket ${socket} gave no answer`)))
       }
-      const touched = Object.values(change).some((v) => v !== undefined)
-      const now = touched
-        ? yield* caps.set(orgId, Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined)))
-        : yield* caps.show(orgId)
-      yield* Console.log(
-        `org_id=${orgId} per_settle=${fromAtomic(now.perSettle)} daily=${fromAtomic(now.daily)} monthly=${fromAtomic(now.monthly)}`
-      )
     })
-).pipe(Command.withDescription("show or change an organization's email-rail settle caps (USDC; without options: show)"))
-
-const admin = Command.make("admin").pipe(
-  Command.withDescription("Mailroom operator commands"),
-  Command.withSubcommands([createOrg, setPlan, createSignupCode, grant, revoke, settleCaps])
-)
-
-const cli = Command.run(admin, { name: "mailroom-admin", version: "0.1.0" })
+  }).pipe(
+    Effect.flatMap((answer) =>
+      Effect.sync(() => {
+        process.stdout.write(answer.stdout)
+        process.stderr.write(answer.stderr)
+        process.exitCode = answer.code
+      }))
+  )
 
 const Runtime = Layer.merge(Provisioning.Default, SettleCaps.Default).pipe(
   Layer.provideMerge(DatabaseLive),
@@ -195,12 +82,17 @@ const Runtime = Layer.merge(Provisioning.Default, SettleCaps.Default).pipe(
   Layer.merge(NodeContext.layer)
 )
 
-const helpOnly = process.argv.slice(2).some((a) => a === "--help" || a === "-h" || a === "--version") ||
-  process.argv.length <= 2
-const missing = helpOnly ? undefined : missingDefaultData()
+const args = process.argv.slice(2)
+const helpOnly = args.some((a) => a === "--help" || a === "-h" || a === "--version") || args.length === 0
+const service = helpOnly ? undefined : runningService()
+const missing = helpOnly || service !== undefined ? undefined : missingDefaultData()
 
 // Before any layer is built: building the database layer would create the very database refused here.
-;(missing !== undefined ? Effect.fail(new Error(missing)) : cli(process.argv).pipe(Effect.provide(Runtime))).pipe(
+;(service !== undefined
+  ? throughService(service, args)
+  : missing !== undefined
+  ? Effect.fail(new Error(missing))
+  : runOperatorCommand(args).pipe(Effect.provide(Runtime))).pipe(
   Effect.catchAll((e) =>
     Effect.sync(() => {
       const message = typeof e === "object" && e !== null && "message" in e ? String(e.message) : String(e)

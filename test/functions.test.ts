@@ -197,6 +197,8 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions", (it) =>
           expect(r.status, `${method} ${path}`).toBe(403)
           expect(r.body.error.code).toBe("forbidden")
           expect(r.body.error.details).toMatchObject({ required_plan: "developer", missing_entitlement: "functions" })
+          // The way up, with its command.
+          expect(r.body.error.details.hint).toContain("mailroom claim --email")
         }
       }))
 

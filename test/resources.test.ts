@@ -281,6 +281,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         const gated = yield* call("PATCH", `/v1/domains/${id}`, { token, body: { spam_threshold: 5 } })
         expectError(gated, 403, "forbidden")
         expect(gated.body.error.details.required_plan).toBe("pro")
+        expect(gated.body.error.details.hint).toContain("npm run admin -- set-plan <org_id> pro")
         expect((yield* setPlan(orgId, "pro"))._tag).toBe("Some")
         const set = yield* call("PATCH", `/v1/domains/${id}`, { token, body: { spam_threshold: 5, is_active: true } })
         expect(set.status).toBe(200)

@@ -2,7 +2,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { Forbidden } from "../contract/Errors.js"
-import { type Entitlement, ENTITLEMENTS, type Plan } from "../contract/Plans.js"
+import { type Entitlement, ENTITLEMENTS, type Plan, upgradeHint } from "../contract/Plans.js"
 
 const PLAN_ORDER: ReadonlyArray<Plan> = ["agent", "developer", "pro"]
 
@@ -21,6 +21,6 @@ export const requireEntitlement = (orgId: string, key: Entitlement, what: string
     const required = planGranting(key) ?? "pro"
     return yield* new Forbidden({
       message: `${what} need the ${key} entitlement (plan ${required} or above); this organization is on ${plan}`,
-      details: { required_plan: required, missing_entitlement: key, current_plan: plan }
+      details: { required_plan: required, missing_entitlement: key, current_plan: plan, hint: upgradeHint(plan, required, key) }
     })
   })

@@ -2,7 +2,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { Forbidden } from "../contract/Errors.js"
-import { LIMITS, PAID_PLANS, type Plan, type PlanLimits } from "../contract/Plans.js"
+import { LIMITS, PAID_PLANS, type Plan, type PlanLimits, upgradeHint } from "../contract/Plans.js"
 
 type BooleanLimit = { [K in keyof PlanLimits]: PlanLimits[K] extends boolean ? K : never }[keyof PlanLimits]
 
@@ -24,7 +24,7 @@ export class PlanGate extends Effect.Service<PlanGate>()("mailroom/PlanGate", {
         LIMITS[plan][flag] ? Effect.void : Effect.fail(
           new Forbidden({
             message: `${what} need a paid plan (${PAID_PLANS.join(", ")}); this organization is on ${plan}`,
-            details: { required_plan: PAID_PLANS[0]!, current_plan: plan, feature: flag }
+            details: { required_plan: PAID_PLANS[0]!, current_plan: plan, feature: flag, hint: upgradeHint(plan, PAID_PLANS[0]!) }
           })
         ))
 

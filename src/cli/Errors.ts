@@ -45,6 +45,8 @@ const apiReport = (e: ApiError, fields: FieldNames): Report => {
   if (remediation !== undefined) {
     lines.push(`remediation: ${toFlags(typeof remediation === "string" ? remediation : JSON.stringify(remediation), fields)}`)
   }
+  const hint = e.details?.hint
+  if (typeof hint === "string") lines.push(`hint: ${hint}`)
   if (e.details !== undefined) json.details = e.details
   for (const gate of e.gates ?? []) {
     // One line per refused subject (a recipient, for the send gates), its fix and where it is explained.

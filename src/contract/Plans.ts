@@ -98,3 +98,19 @@ export const ENTITLEMENTS = Object.fromEntries(plans.map((p) => [p, entitlements
   Plan,
   ReadonlyArray<Entitlement>
 >
+
+/**
+ * `details.hint` of a plan refusal: the way up from `current` to `required`, with the command. An
+ * agent account is claimed by a person (developer plan); paid plans and operator-granted
+ * entitlements are set by the operator of the service.
+ */
+export const upgradeHint = (current: Plan, required: Plan, entitlement?: Entitlement): string => {
+  const claim = "claim this agent account for a person: `mailroom claim --email you@example.com` " +
+    "(POST /v1/agent/claim/start; it moves the organization to the developer plan)"
+  const operator = entitlement !== undefined && OPERATOR_ENTITLEMENTS.includes(entitlement)
+    ? `ask the operator of this service to grant it: \`npm run admin -- grant <org_id> ${entitlement}\``
+    : `ask the operator of this service to change the plan: \`npm run admin -- set-plan <org_id> ${required}\``
+  if (current === "agent" && required === "developer") return claim
+  if (current === "agent") return `${claim}, then ${operator}`
+  return operator
+}

@@ -11,7 +11,7 @@ import { MailroomApi } from "../Api.js"
 import { PlanGate } from "../account/PlanGate.js"
 import { Forbidden, MxConflict, NotFound, ValidationError, Conflict } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
-import { ENTITLEMENTS } from "../contract/Plans.js"
+import { ENTITLEMENTS, upgradeHint } from "../contract/Plans.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { Dns } from "../net/Dns.js"
 import { AppConfig } from "../platform/Config.js"
@@ -110,7 +110,7 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
           if (!ENTITLEMENTS[plan].includes("custom_domains")) {
             return yield* new Forbidden({
               message: `custom domains need the developer plan or higher; this organization is on ${plan}`,
-              details: { required_plan: "developer", current_plan: plan, feature: "custom_domains" }
+              details: { required_plan: "developer", current_plan: plan, feature: "custom_domains", hint: upgradeHint(plan, "developer") }
             })
           }
           const domain = payload.domain.trim().toLowerCase().replace(/\.$/, "")

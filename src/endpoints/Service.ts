@@ -5,7 +5,7 @@
 import { Effect, Option } from "effect"
 import { PlanGate } from "../account/PlanGate.js"
 import { Conflict, Forbidden, NotFound, ValidationError } from "../contract/Errors.js"
-import { LIMITS } from "../contract/Plans.js"
+import { LIMITS, upgradeHint } from "../contract/Plans.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { Dns } from "../net/Dns.js"
 import { checkUrl, PRIVATE_URLS_HINT } from "../net/Ssrf.js"
@@ -53,7 +53,12 @@ export class EndpointsService extends Effect.Service<EndpointsService>()("mailro
           new Conflict({
             message: `endpoint ${holder.value.id} already is the ${e.domainId === null ? "organization fallback" : "default endpoint of this domain"}; ` +
               "disable or delete it first, or use is_route_target: true",
-            details: { constraint: "slot", endpoint_id: holder.value.id }
+            details: {
+              constraint: "slot",
+              endpoint_id: holder.value.id,
+              hint: "make the new endpoint a route target and route mail to it: `mailroom endpoints add --route-target …` " +
+                "then `mailroom routes add …`, or `mailroom functions deploy FILE --name NAME --route PATTERN` for a function"
+            }
           })
         ))
 
@@ -74,7 +79,14 @@ export class EndpointsService extends Effect.Service<EndpointsService>()("mailro
         if (n >= max) {
           return yield* new Forbidden({
             message: `the ${plan} plan allows ${max} organization-wide webhook${max === 1 ? "" : "s"}; more need a paid plan`,
-            details: { required_plan: "pro", current_plan: plan, feature: "webhooks_max_global", limit: max }
+            details: {
+              required_plan: "pro",
+              current_plan: plan,
+              feature: "webhooks_max_global",
+              limit: max,
+              hint: `${upgradeHint(plan, "pro")}; or make the new endpoint a route target (is_route_target: true, ` +
+                "`mailroom endpoints add --route-target`) and route mail to it"
+            }
           })
         }
       })

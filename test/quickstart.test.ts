@@ -1,0 +1,94 @@
+/**
+ * docs/quickstart.md, run as written: the README's walkthrough, then the quickstart's shell blocks in
+ * the same bash, against a fresh service (its DATA_DIR holds the dev outbox the claim code is read
+ * from). A newcomer following only the docs reaches a claimed account, a function that answers mail,
+ * a send, a search and a wake.
+ */
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { spawn } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { AppConfig } from "../src/platform/Config.js"
+import { freePort, TestServer, testService } from "./support/harness.js"
+
+const ROOT = new URL("../", import.meta.url).pathname
+const README = readFileSync(join(ROOT, "README.md"), "utf8")
+const QUICKSTART = readFileSync(join(ROOT, "docs/quickstart.md"), "utf8")
+
+const blocksOf = (markdown: string) => [...markdown.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!)
+
+/** The fenced `sh` blocks of one `## ` section. */
+const sectionBlocks = (markdown: string, heading: string) => {
+  const start = markdown.indexOf(`\n## ${heading}\n`)
+  if (start < 0) throw new Error(`no section "${heading}"`)
+  const rest = markdown.slice(start + heading.length + 5)
+  const end = rest.search(/\n## /)
+  return blocksOf(end < 0 ? rest : rest.slice(0, end))
+}
+
+const runBash = (script: string, env: Record<string, string>, timeoutMs: number) =>
+  new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    const out = { stdout: "", stderr: "" }
+    // Its own process group, so background jobs end with it.
+    const child = spawn("bash", ["-e", "-c", script], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] })
+    child.stdout.on("data", (c: Buffer) => (out.stdout += c.toString("utf8")))
+    child.stderr.on("data", (c: Buffer) => (out.stderr += c.toString("utf8")))
+    const killGroup = () => {
+      try {
+        process.kill(-child.pid!, "SIGKILL")
+      } catch {
+        // already gone
+      }
+    }
+    const timer = setTimeout(killGroup, timeoutMs)
+    child.once("exit", (code) => {
+      clearTimeout(timer)
+      killGroup()
+      resolve({ code, ...out })
+    })
+  })
+
+layer(testService(), { timeout: 300_000, excludeTestServices: true })("quickstart", (it) => {
+  it("the README links it", () => {
+    expect(README).toContain("(docs/quickstart.md)")
+  })
+
+  it.effect("the walkthrough, then the agent loop: claim, a function that replies, send, search, a wake", () =>
+    Effect.gen(function*() {
+      const server = yield* TestServer
+      const config = yield* AppConfig
+      const walkthrough = sectionBlocks(README, "Five-minute walkthrough").slice(1)
+      const quickstart = blocksOf(QUICKSTART)
+      expect(quickstart.length).toBeGreaterThan(5)
+      const receiverPort = yield* Effect.promise(freePort)
+      const home = mkdtempSync(join(tmpdir(), "mailroom-quickstart-"))
+      const env: Record<string, string> = {}
+      for (const [k, v] of Object.entries(process.env)) {
+        if (v !== undefined && !k.startsWith("MAILROOM_") && !k.startsWith("VITEST") && k !== "NODE_OPTIONS") env[k] = v
+      }
+      Object.assign(env, {
+        MAILROOM_URL: server.baseUrl,
+        SMTP_PORT: String(server.smtpPort),
+        RECEIVER_PORT: String(receiverPort),
+        DATA_DIR: config.dataDir,
+        XDG_CONFIG_HOME: home
+      })
+      const result = yield* Effect.promise(() => runBash([...walkthrough, ...quickstart].join("\n"), env, 280_000)).pipe(
+        Effect.ensuring(Effect.sync(() => rmSync(home, { recursive: true, force: true })))
+      )
+      const transcript = `${result.stdout}\n--- stderr ---\n${result.stderr}`
+      expect(result.code, transcript).toBe(0)
+      expect(result.stdout, transcript).toMatch(/^Claimed: organization [0-9a-f-]{36} now belongs to you@example\.com \(plan developer\)\.$/m)
+      expect(result.stdout, transcript).toMatch(/^function: [0-9a-f-]{36}$/m)
+      // The function's reply, listed as sent; then the send without --from.
+      expect(result.stdout, transcript).toMatch(/\bsent\b.*Re: Can you help\?/)
+      expect(result.stdout, transcript).toMatch(/^Sent [0-9a-f-]{36} to alice@example\.com/m)
+      // The search finds the mail that came in.
+      expect(result.stdout, transcript).toMatch(/Can you help\?/)
+      // The wake reached the function.
+      expect(result.stdout, transcript).toContain(`| woke up: hello {"say":"good morning"}`)
+      expect(result.stdout, transcript).toMatch(/replied to alice@example\.com: HTTP 201/)
+    }))
+})

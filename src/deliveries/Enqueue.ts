@@ -12,6 +12,7 @@ import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { evaluateFilters, evaluateRules } from "../filters/Evaluate.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { eventOf, type InboundMessage, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
+import { isAutoSubmitted } from "../inbound/Classify.js"
 import { AppConfig } from "../platform/Config.js"
 import { RegistryDirectory, type VerifiedSender } from "../registries/Directory.js"
 import { verifyCommand } from "../wake/Message.js"
@@ -124,6 +125,7 @@ export const OnEmailStoredLive = Layer.effect(
             size_bytes: message.raw.length,
             spam_score: message.spam.score,
             auth: message.auth,
+            auto_submitted: isAutoSubmitted(p.headers),
             attachments: p.attachments.map((a, i) => ({
               filename: a.filename,
               content_type: a.content_type,

@@ -25,7 +25,7 @@ import { documentRow } from "../search/Document.js"
 import { Threading } from "../threads/Threading.js"
 import type { AuthResults } from "./Authenticity.js"
 import type { CommandPart } from "../wake/Message.js"
-import type { EventType } from "./Classify.js"
+import { type EventType, isAutoSubmitted } from "./Classify.js"
 import type { ParsedEmail } from "./Parse.js"
 import { copyKey, type Recipient } from "./Recipients.js"
 import type { SpamVerdict } from "./SpamScore.js"
@@ -168,6 +168,7 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
             references: JSON.stringify(p.references),
             sent_at: p.date,
             headers: JSON.stringify(p.headers),
+            auto_submitted: isAutoSubmitted(p.headers),
             attachments: JSON.stringify(p.attachments),
             size_bytes: message.raw.length,
             spam_score: message.spam.score,

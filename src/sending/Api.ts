@@ -150,6 +150,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.Forbidden)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.LoopDetected)
       .addError(Wire.DiscardNotEnabled)
       .addError(Wire.Conflict)
       .addError(Wire.OutboundCapacityExhausted)
@@ -176,6 +177,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.DiscardNotEnabled)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.LoopDetected)
       .addError(Wire.OutboundCapacityExhausted)
       .addError(Wire.OutboundUnreachable)
       .addError(Wire.OutboundRelayTimeout)
@@ -199,6 +201,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.DiscardNotEnabled)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.LoopDetected)
       .addError(Wire.OutboundCapacityExhausted)
       .addError(Wire.OutboundUnreachable)
       .addError(Wire.OutboundRelayTimeout)
@@ -251,6 +254,9 @@ export class SendingApi extends HttpApiGroup.make("sending")
       "Accounts with `send_to_known_addresses` (emailless agents) may only write to addresses that sent them " +
       "accepted mail (403 `recipient_not_allowed` with one `gates[]` entry per refused recipient). Quotas: the " +
       "plan's `send_per_hour` and `send_per_day` (sliding windows; 429 `rate_limited` with that window's headers). " +
+      "A function's sends (its MAILROOM binding) carry `Auto-Submitted` and meet the loop guard: at most 10 automated " +
+      "sends per thread and hour, and 5 in a row to one counterpart without a person's message in between " +
+      "(429 `loop_detected`, `details {thread_id, rule, limit, window_seconds, retry_after}`). " +
       "Mail carries Message-ID, Date and a DKIM signature. Relay failures answer the outbound codes and are " +
       "recorded on the sent email as `failed`; a retry with the same Idempotency-Key replays them."
   )

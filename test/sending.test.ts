@@ -10,7 +10,7 @@ import { simpleParser } from "mailparser"
 import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { TestServer } from "./support/harness.js"
-import { testServiceWithDns } from "./support/dns.js"
+import { authenticatedDomain, testServiceWithDns } from "./support/dns.js"
 import { call, fetchReply } from "./support/http.js"
 import { type RelayMessage, startTestRelay, type TestRelay } from "./support/relay.js"
 
@@ -227,7 +227,8 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail", (it) =>
     it.effect("refuses unknown recipients with one gates[] entry each; lifts once that address writes in", () =>
       Effect.gen(function*() {
         const agent = yield* newOrg("agent")
-        const known = `${unique("friend")}@example.com`
+        // Only authenticated mail makes its sender known: the friend's domain publishes SPF.
+        const known = `${unique("friend")}@${yield* authenticatedDomain("friends")}`
         const stranger = `${unique("stranger")}@example.com`
         const r = yield* send(agent.token, { from: agent.inbox, to: [known, stranger], subject: "hi", text: "t" })
         expect(r.status).toBe(403)
@@ -263,7 +264,7 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail", (it) =>
     it.effect("send_per_hour: 429 rate_limited with the hour window's headers; idempotent retries do not count", () =>
       Effect.gen(function*() {
         const agent = yield* newOrg("agent")
-        const friend = `${unique("f")}@example.com`
+        const friend = `${unique("f")}@${yield* authenticatedDomain("friends")}`
         yield* mailIn(friend, agent.inbox)
         const body = (i: number) => ({ from: agent.inbox, to: friend, subject: `n${i}`, text: "t" })
         const first = yield* send(agent.token, body(0), "quota-key")

@@ -250,7 +250,8 @@ export class SendingApi extends HttpApiGroup.make("sending")
   .annotate(
     OpenApi.Description,
     "Sending: `POST /send-mail`, replies and forwards. `from` must be the organization's managed inbox address " +
-      "(or a +tag form) or an address at a verified domain (403 `cannot_send_from_domain`, `details.valid_senders`). " +
+      "(or a +tag form) or an address at a verified domain (403 `cannot_send_from_domain`, `details.valid_senders`), " +
+      "and its display name may not show any other address (403 `cannot_send_from_domain`, `details.display_name_address`). " +
       "Accounts with `send_to_known_addresses` (emailless agents) may only write to addresses that sent them " +
       "accepted mail (403 `recipient_not_allowed` with one `gates[]` entry per refused recipient). Quotas: the " +
       "plan's `send_per_hour` and `send_per_day` (sliding windows; 429 `rate_limited` with that window's headers). " +

@@ -71,6 +71,14 @@ export type SendError =
   | RateLimited
   | LoopDetected
 
+/**
+ * The addresses a display name shows, lowercased: anything shaped `local@domain.tld` once compatibility
+ * forms are folded (a fullwidth `＠` reads as `@` in a mail client too).
+ */
+export const addressesIn = (displayName: string): ReadonlyArray<string> =>
+  [...displayName.normalize("NFKC").matchAll(/[^\s@<>"'(),;:[\]]+@[^\s@<>"'(),;:[\]]+\.[^\s@<>"'(),;:[\]]+/g)]
+    .map((m) => m[0].toLowerCase().replace(/\.+$/, ""))
+
 /** Who sends when an automation does (a function's MAILROOM binding): its mail is automatic. */
 export interface Automation {
   readonly functionId: string
@@ -253,9 +261,23 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     const validate = (input: SendInput, nowMs: number) =>
       validateSend(input, nowMs).pipe(Effect.provideService(RegistryDirectory, directory))
 
-    /** 403 `cannot_send_from_domain` unless the organization can send from the address. */
-    const checkSender = (orgId: string, address: string) =>
+    /**
+     * 403 `cannot_send_from_domain` unless the organization can send from the address, and from every
+     * address its display name shows (`"ceo@other.test" <own inbox>` would pass for other.test).
+     */
+    const checkSender = (orgId: string, address: string, displayName: string) =>
       Effect.flatMap(sendableAddresses(orgId).pipe(provideSql), (s) => {
+        const shown = addressesIn(displayName).find((a) => !canSendFrom(s, a))
+        if (shown !== undefined) {
+          const valid = validSenders(s)
+          return Effect.fail(
+            new CannotSendFromDomain({
+              message: `the display name of from shows ${shown}, an address this organization cannot send from: ` +
+                "a display name may not be another sender's address (use a plain name)",
+              details: { valid_senders: valid, display_name_address: shown }
+            })
+          )
+        }
         if (canSendFrom(s, address)) return Effect.void
         const valid = validSenders(s)
         return Effect.fail(
@@ -455,7 +477,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
             message: "discard_content needs the account setting discard_content_on_webhook_confirmed to be on (PATCH /account)"
           })
         }
-        yield* checkSender(orgId, v.from.address)
+        yield* checkSender(orgId, v.from.address, v.from.name)
         const all = [...v.to, ...v.cc, ...v.bcc].map((m) => m.address)
         yield* checkGate(orgId, facts, all)
         const id = randomUUID()
@@ -540,7 +562,8 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         })
         const checks = yield* Effect.either(
           Effect.gen(function*() {
-            yield* checkSender(row.org_id, row.from_address)
+            const from = parseMailbox(row.from_header)
+            yield* checkSender(row.org_id, row.from_address, typeof from === "string" ? "" : from.name)
             yield* checkGate(row.org_id, facts, recipients)
             yield* Effect.gen(function*() {
               yield* repo.lockQuota(row.org_id)

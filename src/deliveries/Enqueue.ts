@@ -47,7 +47,9 @@ export const OnEmailStoredLive = Layer.effect(
       Effect.gen(function*() {
         const c = message.command!
         const keys = yield* secrets.signing(email.orgId)
-        const verified = verifyCommand(c.signature, c.json, Option.getOrElse(keys, () => []), receivedAt.getTime())
+        // Signed for this very function (SmtpServer refuses a retargeted or replayed one at DATA).
+        const verified = c.functionId !== null && c.functionId === email.recipient.wake?.functionId &&
+          verifyCommand(c.signature, c.json, Option.getOrElse(keys, () => []), receivedAt.getTime())
         return {
           id: verified ? c.wakeId : null,
           type: c.type,
@@ -55,7 +57,8 @@ export const OnEmailStoredLive = Layer.effect(
           scheduled_for: verified ? c.scheduledFor : null,
           fired_at: (verified ? c.firedAt : null) ?? receivedAt.toISOString(),
           thread_id: verified ? c.threadId : null,
-          sender: senderOf(message),
+          // Who is proven to have sent it: the authenticated From, else the envelope sender the allowlist admitted.
+          sender: message.authenticatedFrom ?? message.envelopeFrom ?? "",
           verified
         } satisfies WakePayload
       })

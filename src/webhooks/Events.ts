@@ -66,8 +66,10 @@ export const WakePayloadSchema = Schema.Struct({
   scheduled_for: Schema.NullOr(DateTime),
   fired_at: DateTime,
   thread_id: Schema.NullOr(Schema.String).annotations({ description: "a thread watch's firing: the thread that stayed silent" }),
-  sender: Schema.String,
-  verified: Schema.Boolean.annotations({ description: "true only when Mailroom-Wake-Signature verifies with the account's webhook secret" })
+  sender: Schema.String.annotations({ description: "who is proven to have sent it: the authenticated From, else the envelope sender" }),
+  verified: Schema.Boolean.annotations({
+    description: "true only when Mailroom-Wake-Signature verifies with the account's webhook secret over a command naming this function"
+  })
 }).annotations({ ...jsonId("EventWake"), description: "the command of a wake.command" })
 
 const base = {

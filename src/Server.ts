@@ -136,8 +136,9 @@ export const DeliveryServicesLive = Layer.mergeAll(
   // Payments: the HTTP flow's handlers and the email rail's ingestion and workers share one service.
   PaymentsEmailLive
 ).pipe(
-  Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default, RegistryDirectory.Default]),
-  Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default])
+  // The send path reports refused loops (send.loop_detected) through OrgEvents.
+  Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default, RegistryDirectory.Default, OrgEvents.Default]),
+  Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default, DeliveryQueue.Default])
 )
 
 /** The handlers of every group of `MailroomApi`, one line per area. */

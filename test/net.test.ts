@@ -88,7 +88,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("net", (it) => {
       const base = {
         id: "00000000-0000-4000-8000-000000000001", thread_id: "00000000-0000-7000-8000-000000000001", message_id: "<m@x>", from: "a@b.c", to: ["x@y.z"],
         recipient: "x@y.z", subject: "s", date: null, in_reply_to: null, references: [], headers: {}, size_bytes: 1,
-        spam_score: null, auth: { spf: "pass", dkim: "none", dmarc: "none" }, attachments: [], raw_url: "r", attachments_url: "a"
+        spam_score: null, auth: { spf: "pass", dkim: "none", dmarc: "none" }, auto_submitted: false, attachments: [], raw_url: "r", attachments_url: "a"
       }
       const e = buildEmailEvent({ eventId: "evt_x", event: "email.received", createdAt: new Date(0), email: { ...base, text: big, html: null } })
       expect(e.email.content_truncated).toBe(true)
@@ -122,11 +122,22 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("net", (it) => {
       // SIIT IPv4-translated ::ffff:0:0:0/96, and the local-use NAT64 prefix whatever it embeds
       ["::ffff:0:127.0.0.1", "loopback"], ["::ffff:0:7f00:1", "loopback"], ["::ffff:0:a9fe:a9fe", "metadata"],
       ["0:0:0:0:ffff:0:a00:1", "private"], ["64:ff9b:1::7f00:1", "nat64-local"], ["64:ff9b:1:7f00:1::", "nat64-local"],
-      ["64:ff9b:1::8.8.8.8", "nat64-local"], ["64:ff9b:0:0:0:1:808:808", "nat64-local"]
+      ["64:ff9b:1::8.8.8.8", "nat64-local"], ["64:ff9b:0:0:0:1:808:808", "nat64-local"],
+      // The rest of the IANA special-purpose registries
+      ["3fff::1", "documentation"], ["3fff:fff:ffff::1", "documentation"], ["5f00::1", "segment-routing"],
+      ["5f00:ffff::1", "segment-routing"], ["2001:20::1", "ietf-protocol-assignments"],
+      ["2001:2f:ffff::1", "ietf-protocol-assignments"], ["2001:2::1", "ietf-protocol-assignments"],
+      ["2001:2:0:ffff::1", "ietf-protocol-assignments"], ["2001:1::1", "ietf-protocol-assignments"],
+      ["2001:3::1", "ietf-protocol-assignments"], ["2001:4:112::1", "ietf-protocol-assignments"],
+      ["2001:10::1", "ietf-protocol-assignments"], ["2001:30::1", "ietf-protocol-assignments"],
+      ["2001:1ff:ffff::1", "ietf-protocol-assignments"], ["2620:4f:8000::1", "as112"], ["100::1", "discard"],
+      ["100:0:0:1::1", "discard"], ["4000::1", "reserved"], ["8000::1", "reserved"], ["1::1", "reserved"],
+      ["192.31.196.1", "as112"], ["192.52.193.1", "amt"], ["192.175.48.1", "as112"], ["::ffff:192.175.48.6", "as112"]
     ]
     const allowed = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "172.32.0.1", "100.128.0.1", "192.169.0.1", "11.0.0.1",
       "2606:4700:4700::1111", "2a00:1450:4001:82b::200e", "::ffff:8.8.8.8", "134744072" /* 8.8.8.8 */, "0x08080808",
-      "::ffff:0:8.8.8.8", "64:ff9b::8.8.8.8"]
+      "::ffff:0:8.8.8.8", "64:ff9b::8.8.8.8", "2001:200::1", "2001:4860:4860::8888", "3ffe:ffff::1", "3fff:1000::1", "2620:4f:8001::1",
+      "192.31.197.1", "192.175.49.1"]
 
     it(`classifies ${blocked.length} non-public addresses by range and accepts public ones`, () => {
       expect(blocked.length).toBeGreaterThanOrEqual(30)
@@ -196,8 +207,13 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("net", (it) => {
         dns.zone.set("hooks.public.test", { A: ["93.184.216.34"] })
         dns.zone.set("internal.public.test", { A: ["10.0.0.7"] })
         const { token } = yield* newOrg()
+        dns.zone.set("orchid.public.test", { AAAA: ["2001:20::7"] })
+        dns.zone.set("srv6.public.test", { AAAA: ["2606:4700::1", "5f00:1::1"] })
         for (const url of ["http://hooks.public.test/x", "https://127.0.0.1/x", "https://internal.public.test/x",
-          "https://[::ffff:169.254.169.254]/", "https://2130706433/"]) {
+          "https://[::ffff:169.254.169.254]/", "https://2130706433/",
+          // IPv6 special-purpose ranges, as literals and as what a name resolves to
+          "https://[3fff::1]/", "https://[5f00::1]/", "https://[2001:20::1]/", "https://[2001:2::1]/",
+          "https://[2001:3::1]/", "https://[100:0:0:1::1]/", "https://orchid.public.test/", "https://srv6.public.test/"]) {
           const r = yield* call("POST", "/v1/endpoints", { token, body: { url } })
           expect([url, r.status, r.body.error.code]).toEqual([url, 400, "validation_error"])
           expect(r.body.error.message).toMatch(/^url: /)

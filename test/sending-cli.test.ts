@@ -14,6 +14,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { type CliEnv, runCli } from "./support/cli.js"
+import { authenticatedDomain, testServiceWithDns } from "./support/dns.js"
 import { TestServer, testService } from "./support/harness.js"
 import { call } from "./support/http.js"
 import { startTestRelay, type TestRelay } from "./support/relay.js"
@@ -22,7 +23,7 @@ class Relay extends Context.Tag("test/Relay")<Relay, TestRelay>() {}
 
 const Env = Provisioning.Default.pipe(
   Layer.provideMerge(Layer.unwrapScoped(Effect.map(startTestRelay, (relay) =>
-    testService({ OUTBOUND_SMTP_URL: relay.url, DNS_SERVER: "127.0.0.1:9" }).pipe(Layer.merge(Layer.succeed(Relay, relay))))))
+    testServiceWithDns({ OUTBOUND_SMTP_URL: relay.url }).pipe(Layer.merge(Layer.succeed(Relay, relay))))))
 )
 
 /** Every CLI run starts a Node process: seconds each on a busy machine. */
@@ -250,7 +251,8 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("sending CLI", (it) => 
     it.effect("a refused recipient is printed with its fix and docs URL; --json prints the API's error; status shows quotas", () =>
       Effect.gen(function*() {
         const agent = yield* newOrg("agent")
-        const stranger = `${unique("stranger")}@example.com`
+        // Its domain publishes SPF: once it writes in (authenticated), it is known.
+        const stranger = `${unique("stranger")}@${yield* authenticatedDomain("strangers")}`
         const other = `${unique("other")}@example.com`
         const refused = yield* cli(agent.env, "send", "--from", agent.inbox, "--to", stranger, "--to", other, "--subject", "hi", "--text", "t")
         expect(refused.code).toBe(3)

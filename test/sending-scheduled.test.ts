@@ -10,6 +10,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Context, Effect, Exit, Layer, Scope } from "effect"
 import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
+import { authenticatedDomain, startDnsServer, TestDns } from "./support/dns.js"
 import { extraServer, testDatabase } from "./support/harness.js"
 import { fetchReply } from "./support/http.js"
 import { startTestRelay, type TestRelay } from "./support/relay.js"
@@ -17,8 +18,15 @@ import { startTestRelay, type TestRelay } from "./support/relay.js"
 class Relay extends Context.Tag("test/Relay")<Relay, TestRelay>() {}
 
 const Env = Provisioning.Default.pipe(
-  Layer.provideMerge(Layer.unwrapScoped(Effect.map(startTestRelay, (relay) =>
-    testDatabase({ OUTBOUND_SMTP_URL: relay.url, OUTBOUND_TIMEOUT: "2s" }).pipe(Layer.merge(Layer.succeed(Relay, relay))))))
+  Layer.provideMerge(Layer.unwrapScoped(Effect.gen(function*() {
+    const relay = yield* startTestRelay
+    // A DNS of the test's own: the friend who writes in publishes SPF, so its mail makes it known.
+    const dns = yield* startDnsServer
+    return testDatabase({ OUTBOUND_SMTP_URL: relay.url, OUTBOUND_TIMEOUT: "2s", DNS_SERVER: `127.0.0.1:${dns.port}` }).pipe(
+      Layer.merge(Layer.succeed(Relay, relay)),
+      Layer.merge(Layer.succeed(TestDns, { port: dns.port, zone: dns.zone, queries: dns.queries }))
+    )
+  })))
 )
 
 let seq = 0
@@ -126,7 +134,7 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("scheduled sends", (
         const { server } = yield* startProcess
         const agent = yield* newOrg("agent")
         const sql = yield* SqlClient.SqlClient
-        const friend = `${unique("friend")}@example.com`
+        const friend = `${unique("friend")}@${yield* authenticatedDomain("friends")}`
         yield* Effect.promise(async () => {
           const t = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true })
           try {

@@ -10,7 +10,7 @@ import { simpleParser } from "mailparser"
 import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { TestServer } from "./support/harness.js"
-import { TestDns, testServiceWithDns } from "./support/dns.js"
+import { authenticatedDomain, TestDns, testServiceWithDns } from "./support/dns.js"
 import { call, fetchReply } from "./support/http.js"
 import { type RelayMessage, startTestRelay, type TestRelay } from "./support/relay.js"
 
@@ -254,7 +254,8 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail", (it) =>
     it.effect("refuses unknown recipients with one gates[] entry each; lifts once that address writes in", () =>
       Effect.gen(function*() {
         const agent = yield* newOrg("agent")
-        const known = `${unique("friend")}@example.com`
+        // Only authenticated mail makes its sender known: the friend's domain publishes SPF.
+        const known = `${unique("friend")}@${yield* authenticatedDomain("friends")}`
         const stranger = `${unique("stranger")}@example.com`
         const r = yield* send(agent.token, { from: agent.inbox, to: [known, stranger], subject: "hi", text: "t" })
         expect(r.status).toBe(403)
@@ -286,11 +287,46 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail", (it) =>
       }))
   })
 
+  describe("display names", () => {
+    it.effect("a display name showing an address the organization cannot send from is refused (403); its own is fine", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const other = yield* newOrg()
+        const to = `${unique("victim")}@example.com`
+        const spoofs = [
+          `"ceo@alpha.test" <${org.inbox}>`,
+          `"Alpha CEO (ceo@alpha.test)" <${org.inbox}>`,
+          `ceo@alpha.test <${org.inbox}>`,
+          `"ceo＠alpha.test" <${org.inbox}>`,
+          // The managed domain is shared: another organization's inbox is not this one's to show.
+          `"${other.inbox}" <${org.inbox}>`
+        ]
+        for (const from of spoofs) {
+          const r = yield* send(org.token, { from, to, subject: "urgent", text: "t" })
+          expect(r.status, `${from}: ${r.text}`).toBe(403)
+          expect(r.body.error.code).toBe("cannot_send_from_domain")
+          expect(r.body.error.details.display_name_address).toMatch(/^(ceo@alpha\.test|.+@.+)$/)
+        }
+        expect(yield* relayed((m) => m.to.includes(to))).toHaveLength(0)
+        // A scheduled send and a reply meet the same check.
+        const later = yield* send(org.token, { from: spoofs[0]!, to, subject: "later", text: "t", send_at: new Date(Date.now() + 60_000).toISOString() })
+        expect(later.status).toBe(403)
+        const id = yield* mailIn(`Asker <${to}>`, org.inbox, { messageId: `<${unique("ask")}@example.com>` })
+        const reply = yield* call("POST", `/v1/emails/${id}/reply`, { token: org.token, body: { from: spoofs[1]!, text: "t" } })
+        expect(reply.status, reply.text).toBe(403)
+        expect(reply.body.error.code).toBe("cannot_send_from_domain")
+        for (const from of [`"Support" <${org.inbox}>`, `"${org.inbox}" <${org.inbox}>`, `"Desk ${org.inbox.replace("@", "+desk@")}" <${org.inbox}>`]) {
+          const ok = yield* send(org.token, { from, to, subject: "fine", text: "t" })
+          expect(ok.status, `${from}: ${ok.text}`).toBe(201)
+        }
+      }))
+  })
+
   describe("quotas", () => {
     it.effect("send_per_hour: 429 rate_limited with the hour window's headers; idempotent retries do not count", () =>
       Effect.gen(function*() {
         const agent = yield* newOrg("agent")
-        const friend = `${unique("f")}@example.com`
+        const friend = `${unique("f")}@${yield* authenticatedDomain("friends")}`
         yield* mailIn(friend, agent.inbox)
         const body = (i: number) => ({ from: agent.inbox, to: friend, subject: `n${i}`, text: "t" })
         const first = yield* send(agent.token, body(0), "quota-key")

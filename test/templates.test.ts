@@ -224,6 +224,8 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("templates", (it) =>
         expect(parsed.inReplyTo).toBe("<ask-1@example.com>")
         expect(parsed.references).toBe("<ask-1@example.com>")
         expect(parsed.text?.trim()).toBe("Got it, thanks.")
+        // An automation's reply says so (RFC 3834).
+        expect(parsed.headers.get("auto-submitted")).toBe("auto-replied")
         const sent = yield* call("GET", `/v1/sent-emails?to=${encodeURIComponent(sender)}`, { token: org.token })
         expect(sent.body.data).toHaveLength(1)
         expect(sent.body.data[0]).toMatchObject({ status: "sent", in_reply_to: "<ask-1@example.com>" })
@@ -254,6 +256,7 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("templates", (it) =>
         expect(m.from).toBe(org.inbox)
         const parsed = yield* Effect.promise(() => simpleParser(m.raw))
         expect(parsed.subject).toBe("Digest: 2 new messages")
+        expect(parsed.headers.get("auto-submitted")).toBe("auto-generated")
         expect(parsed.text).toContain("Release notes")
         expect(parsed.text).toContain("Disk almost full")
       }))

@@ -323,10 +323,15 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("wakes", (it) => {
           })
         expect(yield* mail("ops@example.com", "unsigned", JSON.stringify({ type: "refresh", payload: { q: 1 }, wake_id: crypto.randomUUID() })))
           .toBe("accepted")
-        const json = JSON.stringify({ type: "signed.cmd", payload: null })
+        // A signed command names the function it is for and a wake id of its own (used once).
+        const json = JSON.stringify({ type: "signed.cmd", payload: null, function_id: fn, wake_id: crypto.randomUUID() })
         const t = Math.floor(Date.now() / 1000)
         const sig = `t=${t},v1=${createHmac("sha256", secret).update(`${t}.${json}`).digest("hex")}`
         expect(yield* mail("anyone@trusted.example", "signed", json, sig)).toBe("accepted")
+        expect(yield* mail("anyone@trusted.example", "signed again", json, sig)).toMatch(/^550 .*already used/)
+        const unbound = JSON.stringify({ type: "signed.cmd", payload: null })
+        const unboundSig = `t=${t},v1=${createHmac("sha256", secret).update(`${t}.${unbound}`).digest("hex")}`
+        expect(yield* mail("anyone@trusted.example", "unbound", unbound, unboundSig)).toMatch(/^550 .*no named function/)
         const wrong = `t=${t},v1=${createHmac("sha256", "not-the-secret").update(`${t}.${json}`).digest("hex")}`
         expect(yield* mail("ops@example.com", "forged", json, wrong)).toBe("accepted")
         expect(yield* mail("ops@example.com", "no command", undefined)).toMatch(/^554 .*application\/json/)
@@ -337,6 +342,69 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("wakes", (it) => {
         expect(bySubject["signed"]!.wake).toMatchObject({ type: "signed.cmd", sender: "anyone@trusted.example", verified: true })
         expect(bySubject["forged"]!.wake).toMatchObject({ verified: false })
         expect(all.every((s) => s.event === "wake.command")).toBe(true)
+      }))
+  })
+
+  describe("replays", () => {
+    it.effect("a captured wake email mailed in again, or to another function, is refused at DATA; the sender shown is the authenticated one", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const fn = yield* deploy(org.token)
+        const other = yield* deploy(org.token)
+        for (const f of [fn, other]) {
+          const put = yield* call("PUT", `/v1/functions/${f}/wake-allowlist`, { token: org.token, body: { senders: ["relay@allowed.example"] } })
+          expect(put.status, put.text).toBe(200)
+        }
+        const wake = (yield* createWake(org.token, { function_id: fn, command: { type: "pay.out", payload: { n: 1 } }, every: "1h" })).body.data
+        expect((yield* call("POST", `/v1/wakes/${wake.id}/run`, { token: org.token })).status).toBe(200)
+        const first = yield* until("the fired wake", Effect.map(seenBy(org.token, fn), (all) => all.find((s) => s.wake?.type === "pay.out")))
+        expect(first.wake).toMatchObject({ id: wake.id, verified: true, sender: "wake@agents.localhost" })
+        const emails = yield* call("GET", "/v1/emails?event_type=wake.command", { token: org.token })
+        const stored = yield* call("GET", `/v1/emails/${emails.body.data[0].id}`, { token: org.token })
+        const raw = yield* Effect.promise(() => fetch(stored.body.data.raw_url).then((r) => r.text()))
+        expect(raw).toContain("Mailroom-Wake-Signature")
+
+        const port = yield* smtp
+        const resend = (to: string, headerFrom?: string) =>
+          Effect.promise(async () => {
+            const transport = nodemailer.createTransport({ host: "127.0.0.1", port, secure: false, ignoreTLS: true })
+            try {
+              const body = headerFrom === undefined ? raw : raw.replace(/^From: .*$/m, `From: ${headerFrom}`)
+              return await transport.sendMail({ envelope: { from: "relay@allowed.example", to: [to] }, raw: body })
+                .then(() => "accepted", (e: { responseCode?: number; response?: string }) => `${e.responseCode} ${e.response}`)
+            } finally {
+              transport.close()
+            }
+          })
+        // The same signed command again (its Message-ID too, or another one): used already.
+        expect(yield* resend(`fn-${fn}@agents.localhost`)).toMatch(/^550 .*already used/)
+        expect(yield* resend(`fn-${fn}@agents.localhost`, "Mailroom wake <wake@agents.localhost>")).toMatch(/^550 /)
+        // Another function of the organization: the signature is bound to the first one.
+        expect(yield* resend(`fn-${other}@agents.localhost`)).toMatch(/^550 .*another function/)
+        yield* Effect.sleep("1 second")
+        const after = yield* seenBy(org.token, fn)
+        expect(after.filter((s) => s.wake?.type === "pay.out")).toHaveLength(1)
+        expect((yield* seenBy(org.token, other)).length).toBe(0)
+
+        // An allowed sender's unsigned command shows who the envelope says sent it, not a forged header From.
+        const forged = yield* Effect.promise(async () => {
+          const transport = nodemailer.createTransport({ host: "127.0.0.1", port, secure: false, ignoreTLS: true })
+          try {
+            return await transport.sendMail({
+              envelope: { from: "relay@allowed.example", to: [`fn-${other}@agents.localhost`] },
+              from: "ceo@bank.example",
+              to: `fn-${other}@agents.localhost`,
+              subject: "unsigned",
+              text: "x",
+              attachments: [{ filename: "c.json", content: JSON.stringify({ type: "plain" }), contentType: "application/json" }]
+            }).then(() => "accepted", (e: { response?: string }) => String(e.response))
+          } finally {
+            transport.close()
+          }
+        })
+        expect(forged).toBe("accepted")
+        const seen = yield* until("the unsigned command", Effect.map(seenBy(org.token, other), (all) => all.find((s) => s.wake?.type === "plain")))
+        expect(seen.wake).toMatchObject({ verified: false, sender: "relay@allowed.example" })
       }))
   })
 

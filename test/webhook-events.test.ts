@@ -58,7 +58,7 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("webhook events", (i
 
       // Mail and machine mail over SMTP: email.received, email.bounced, the reports.
       for (const s of samples(org.address)) yield* sendRaw(s.envelopeFrom, org.address, s.raw)
-      yield* sendRaw("ann@example.com", org.address, ["From: ann@example.com", `To: ${org.address}`, "Subject: plain", "", "hello"].join("\r\n"))
+      yield* sendRaw("ann@example.com", org.address, ["From: ann@example.com", `To: ${org.address}`, "Subject: plain", "Message-ID: <plain-1@example.com>", "", "hello"].join("\r\n"))
 
       // A wake fired to a function.
       const fn = yield* call("POST", "/v1/functions", { token: org.key, body: { name: "woken", code: FUNCTION_CODE } })
@@ -66,6 +66,34 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("webhook events", (i
       const wake = yield* call("POST", "/v1/wakes", { token: org.key, body: { function_id: fn.body.data.id, command: { type: "ping", payload: { n: 1 } }, in: "1h" } })
       expect(wake.status, wake.text).toBe(201)
       expect((yield* call("POST", `/v1/wakes/${wake.body.data.id}/run`, { token: org.key })).status).toBe(200)
+
+      // A function replying to one message past the loop guard (5 in a row): send.loop_detected.
+      let plain: { id: string } | undefined
+      for (let i = 0; i < 200 && plain === undefined; i++) {
+        const list = yield* call("GET", "/v1/emails?limit=100", { token: org.key })
+        plain = list.body.data.find((e: { subject: string | null }) => e.subject === "plain")
+        if (plain === undefined) yield* Effect.sleep("100 millis")
+      }
+      const looper = yield* call("POST", "/v1/functions", {
+        token: org.key,
+        body: {
+          name: "looper",
+          code: `export default { async fetch(request, env) {
+            const { email_id } = await request.json();
+            const statuses = [];
+            for (let i = 0; i < 6; i++) {
+              const r = await env.MAILROOM.fetch("/v1/emails/" + email_id + "/reply", {
+                method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ text: "again " + i })
+              });
+              statuses.push(r.status);
+            }
+            return Response.json(statuses);
+          } }`
+        }
+      })
+      expect(looper.status, looper.text).toBe(201)
+      const looped = yield* call("POST", `/v1/functions/${looper.body.data.id}/invoke`, { token: org.key, body: { event: { email_id: plain!.id } } })
+      expect(JSON.parse(looped.body.data.response_body)).toEqual([201, 201, 201, 201, 201, 429])
 
       // A payment that fails verification and one that settles (the payer is `org`).
       const wallet = addressOf(generatePrivateKey())

@@ -56,6 +56,7 @@ export class CannotSendFromDomain extends Schema.TaggedError<CannotSendFromDomai
 export class InboundNotRepliable extends Schema.TaggedError<InboundNotRepliable>()("InboundNotRepliable", fields) {}
 export class NotScheduled extends Schema.TaggedError<NotScheduled>()("NotScheduled", fields) {}
 export class DiscardNotEnabled extends Schema.TaggedError<DiscardNotEnabled>()("DiscardNotEnabled", fields) {}
+export class LoopDetected extends Schema.TaggedError<LoopDetected>()("LoopDetected", fields) {}
 export class SearchTimeout extends Schema.TaggedError<SearchTimeout>()("SearchTimeout", fields) {}
 // --- Outbound relay ---------------------------------------------------------------------------
 export class OutboundCapacityExhausted
@@ -106,6 +107,7 @@ export const ErrorTable = {
   InboundNotRepliable: { error: InboundNotRepliable, code: "inbound_not_repliable", status: 422 },
   NotScheduled: { error: NotScheduled, code: "not_scheduled", status: 409 },
   DiscardNotEnabled: { error: DiscardNotEnabled, code: "discard_not_enabled", status: 403 },
+  LoopDetected: { error: LoopDetected, code: "loop_detected", status: 429 },
   SearchTimeout: { error: SearchTimeout, code: "search_timeout", status: 504 },
   OutboundCapacityExhausted: { error: OutboundCapacityExhausted, code: "outbound_capacity_exhausted", status: 503 },
   OutboundUnreachable: { error: OutboundUnreachable, code: "outbound_unreachable", status: 502 },

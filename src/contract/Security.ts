@@ -16,6 +16,11 @@ export interface Principal {
   readonly credential:
     | { readonly kind: "api_key"; readonly id: string }
     | { readonly kind: "oauth"; readonly id: string; readonly clientId: string }
+  /**
+   * Present when the caller is an automation: a running function invocation's `MAILROOM` binding.
+   * What it sends is automatic mail (`Auto-Submitted`, the loop guard's budgets).
+   */
+  readonly automation?: { readonly functionId: string }
 }
 
 export class CurrentPrincipal extends Context.Tag("mailroom/CurrentPrincipal")<CurrentPrincipal, Principal>() {}

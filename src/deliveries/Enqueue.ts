@@ -12,6 +12,7 @@ import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { evaluateFilters, evaluateRules } from "../filters/Evaluate.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { eventOf, type InboundMessage, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
+import { isAutoSubmitted } from "../inbound/Classify.js"
 import { AppConfig } from "../platform/Config.js"
 import { RegistryDirectory, type VerifiedSender } from "../registries/Directory.js"
 import { verifyCommand } from "../wake/Message.js"
@@ -46,7 +47,9 @@ export const OnEmailStoredLive = Layer.effect(
       Effect.gen(function*() {
         const c = message.command!
         const keys = yield* secrets.signing(email.orgId)
-        const verified = verifyCommand(c.signature, c.json, Option.getOrElse(keys, () => []), receivedAt.getTime())
+        // Signed for this very function (SmtpServer refuses a retargeted or replayed one at DATA).
+        const verified = c.functionId !== null && c.functionId === email.recipient.wake?.functionId &&
+          verifyCommand(c.signature, c.json, Option.getOrElse(keys, () => []), receivedAt.getTime())
         return {
           id: verified ? c.wakeId : null,
           type: c.type,
@@ -54,7 +57,8 @@ export const OnEmailStoredLive = Layer.effect(
           scheduled_for: verified ? c.scheduledFor : null,
           fired_at: (verified ? c.firedAt : null) ?? receivedAt.toISOString(),
           thread_id: verified ? c.threadId : null,
-          sender: senderOf(message),
+          // Who is proven to have sent it: the authenticated From, else the envelope sender the allowlist admitted.
+          sender: message.authenticatedFrom ?? message.envelopeFrom ?? "",
           verified
         } satisfies WakePayload
       })
@@ -124,6 +128,7 @@ export const OnEmailStoredLive = Layer.effect(
             size_bytes: message.raw.length,
             spam_score: message.spam.score,
             auth: message.auth,
+            auto_submitted: isAutoSubmitted(p.headers),
             attachments: p.attachments.map((a, i) => ({
               filename: a.filename,
               content_type: a.content_type,

@@ -174,6 +174,7 @@ const emailOf = (letter: Letter, i: number): DemoEmail => {
     size_bytes: 620 + letter.text.length + letter.subject.length,
     spam_score: letter.spam ?? null,
     auth: rejected ? { spf: "fail", dkim: "none", dmarc: "fail" } : { spf: "pass", dkim: "pass", dmarc: "pass" },
+    auto_submitted: false,
     attachment_count: 0,
     content_discarded: false,
     received_at: received

@@ -39,6 +39,10 @@ const summaryFields = {
   size_bytes: Schema.Int,
   spam_score: Schema.NullOr(Schema.Number),
   auth: AuthSummary,
+  auto_submitted: Schema.Boolean.annotations({
+    description: "the message says an automaton sent it (Auto-Submitted other than `no`, or Precedence bulk, junk or list): " +
+      "automations should not answer it"
+  }),
   attachment_count: Schema.Int,
   content_discarded: Schema.Boolean,
   received_at: DateTimeString

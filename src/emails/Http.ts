@@ -42,6 +42,7 @@ export const toSummary = (row: SummaryRow): EmailSummary => ({
   size_bytes: row.size_bytes,
   spam_score: row.spam_score === null ? null : Number(row.spam_score),
   auth: row.auth,
+  auto_submitted: row.auto_submitted,
   attachment_count: row.attachments.length,
   content_discarded: row.content_discarded_at !== null,
   received_at: row.received_at

@@ -26,6 +26,7 @@ export interface EmailRow {
   size_bytes: number
   spam_score: string | null
   auth: { spf: string; dkim: string; dmarc: string }
+  auto_submitted: boolean
   event_type: string
   status: "accepted" | "rejected"
   rejection_reason: string | null
@@ -37,7 +38,7 @@ export interface EmailRow {
 export type SummaryRow = Omit<EmailRow, "headers" | "references" | "in_reply_to" | "org_id">
 
 const SUMMARY_COLUMNS = `id, thread_id, domain_id, recipient, envelope_from, from_address, from_name, to_addresses, cc_addresses,
-  subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, event_type, status, rejection_reason,
+  subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, auto_submitted, event_type, status, rejection_reason,
   content_discarded_at, received_at`
 
 export interface EmailListQuery {

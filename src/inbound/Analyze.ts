@@ -14,6 +14,8 @@ export interface Analysis {
   readonly auth: AuthResults
   /** The From address when DMARC or an aligned DKIM signature proves it (Authenticity.ts); else null. */
   readonly authenticatedFrom: string | null
+  /** The From address when it may become a known sender (Authenticity.ts `knownFrom`); else null. */
+  readonly knownFrom: string | null
   readonly spam: SpamVerdict
   readonly event: EventType
 }
@@ -38,6 +40,7 @@ export const unparsed = (raw: Buffer, parseError: string, auth: AuthResults): An
   parseError,
   auth,
   authenticatedFrom: null,
+  knownFrom: null,
   spam: scoreSpam(emptyParsed, auth),
   event: classify(emptyParsed, raw)
 })
@@ -53,13 +56,14 @@ export const analyze = async (raw: Buffer, auth: AuthCheckOptions | null): Promi
   } catch (e) {
     parseError = e instanceof Error ? e.message : String(e)
   }
-  const { authenticatedFrom, results } = await authenticity
+  const { authenticatedFrom, knownFrom, results } = await authenticity
   return {
     parsed,
     parseError,
     auth: results,
     // Proven for the address the parser read too: two readings of one From header must not differ.
     authenticatedFrom: authenticatedFrom !== null && authenticatedFrom === parsed.from?.address ? authenticatedFrom : null,
+    knownFrom: knownFrom !== null && knownFrom === parsed.from?.address?.trim().toLowerCase() ? knownFrom : null,
     spam: scoreSpam(parsed, results),
     event: classify(parsed, raw)
   }

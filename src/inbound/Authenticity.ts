@@ -4,6 +4,7 @@
  * beyond that budget, so the whole check is also bounded.
  */
 import { authenticate } from "mailauth"
+import { getAlignment } from "mailauth/lib/tools.js"
 import { Resolver } from "node:dns/promises"
 
 export type AuthResult = "pass" | "fail" | "softfail" | "neutral" | "none" | "temperror" | "permerror" | "policy"
@@ -25,10 +26,16 @@ export interface AuthCheck {
    * null. A message with several From addresses proves none.
    */
   readonly authenticatedFrom: string | null
+  /**
+   * The From header's one address (lowercased) when it may become a known sender (the first-send
+   * gate): DMARC passes or, where the From domain publishes no DMARC record, a passing DKIM signature
+   * or SPF check aligned (relaxed) with the From domain. DMARC failing, or not decidable, makes none.
+   */
+  readonly knownFrom: string | null
 }
 
-export const NO_AUTH_CHECK: AuthCheck = { results: NO_AUTH, authenticatedFrom: null }
-const TEMP_CHECK: AuthCheck = { results: TEMP, authenticatedFrom: null }
+export const NO_AUTH_CHECK: AuthCheck = { results: NO_AUTH, authenticatedFrom: null, knownFrom: null }
+const TEMP_CHECK: AuthCheck = { results: TEMP, authenticatedFrom: null, knownFrom: null }
 
 const normalize = (r: string | undefined): AuthResult => {
   switch (r) {
@@ -152,8 +159,12 @@ export const checkAuthenticity = async (raw: Buffer, options: AuthCheckOptions):
     // mailauth marks a signature `aligned` (with the organizational domain) against the first From address.
     const from = res.dkim?.headerFrom ?? []
     const alignedDkim = dkimResults.some((d) => d.status?.result === "pass" && Boolean(d.status?.aligned))
-    const proven = from.length === 1 && (results.dmarc === "pass" || alignedDkim)
-    return { results, authenticatedFrom: proven ? from[0]!.trim().toLowerCase() : null }
+    const one = from.length === 1 ? from[0]!.trim().toLowerCase() : null
+    const proven = one !== null && (results.dmarc === "pass" || alignedDkim)
+    const spfDomain = results.spf === "pass" && res.spf && typeof res.spf.domain === "string" ? res.spf.domain : null
+    const alignedSpf = one !== null && spfDomain !== null && getAlignment(one.slice(one.lastIndexOf("@") + 1), [spfDomain]) !== false
+    const known = one !== null && (results.dmarc === "pass" || (results.dmarc === "none" && (alignedDkim || alignedSpf)))
+    return { results, authenticatedFrom: proven ? one : null, knownFrom: known ? one : null }
   }).catch(() => TEMP_CHECK)
   try {
     return await Promise.race([check, timeout])

@@ -85,3 +85,15 @@ export const classify = (p: ParsedEmail, raw: Buffer): EventType => {
 
   return "email.received"
 }
+
+/**
+ * Whether a message says it was sent by an automaton (RFC 3834): `Auto-Submitted` with any value but
+ * `no`, or `Precedence: bulk|junk|list`. Such mail is `auto_submitted`: automations should not answer
+ * it, and it is no "message from a person" for the loop guard.
+ */
+export const isAutoSubmitted = (headers: Readonly<Record<string, string>>): boolean => {
+  const first = (name: string) => Object.hasOwn(headers, name) ? headers[name]!.split("\n")[0]!.trim().toLowerCase() : ""
+  const auto = first("auto-submitted").split(";")[0]!.trim()
+  if (auto !== "" && auto !== "no") return true
+  return ["bulk", "junk", "list"].includes(first("precedence"))
+}

@@ -17,7 +17,10 @@ import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from "s
 import { AppConfig } from "../platform/Config.js"
 import { asPortInUse } from "../platform/Ports.js"
 import { makeAnalyzePool } from "./AnalyzePool.js"
-import { commandOf, type CommandPart, mayCommand } from "../wake/Message.js"
+import { WebhookSecrets } from "../account/WebhookSecret.js"
+import { SqlClient } from "@effect/sql"
+import { claimWakeCommand } from "../wake/Firing.js"
+import { commandOf, type CommandPart, mayCommand, useKeyOf, verifyCommand } from "../wake/Message.js"
 import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
 import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { InboundStore } from "./Store.js"
@@ -27,8 +30,10 @@ export const MAX_RECIPIENTS = 100
 
 const smtpError = (code: number, message: string) => Object.assign(new Error(message), { responseCode: code })
 
-export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
+const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
   const config = yield* AppConfig
+  const secrets = yield* WebhookSecrets
+  const sql = yield* SqlClient.SqlClient
   const recipients = yield* Recipients
   const store = yield* InboundStore
   const runtime = yield* Effect.runtime<never>()
@@ -103,6 +108,28 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
     )
   }
 
+  /**
+   * Why a command signed with a recipient organization's secret is refused, if it is: signed for
+   * another function (or for none), naming no wake id, or used already (a replay). A command whose
+   * signature does not verify is not refused here: it is delivered unverified, as an unsigned one.
+   */
+  const signedCommandRefusal = (command: CommandPart, rcpts: ReadonlyArray<Recipient>) =>
+    Effect.gen(function*() {
+      if (command.signature === null) return undefined
+      for (const r of rcpts) {
+        if (r.wake === null) continue
+        const keys = Option.getOrElse(yield* secrets.signing(r.orgId), () => [])
+        if (!verifyCommand(command.signature, command.json, keys, Date.now())) continue
+        if (command.functionId !== r.wake.functionId) {
+          return `5.7.1 <${r.address}>: this signed command is for ${command.functionId === null ? "no named function" : "another function"}`
+        }
+        const key = useKeyOf(command)
+        if (key === null) return `5.7.1 <${r.address}>: a signed command must name its wake_id`
+        if (!(yield* claimWakeCommand(r.orgId, key))) return `5.7.1 <${r.address}>: this signed command was already used`
+      }
+      return undefined
+    }).pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.orDie)
+
   const process = async (raw: Buffer, session: SMTPServerSession, rcpts: Array<Recipient>) => {
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null
     // A wake address takes commands, nothing else: without one the whole message is refused.
@@ -111,6 +138,8 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
       const found = await commandOf(raw).catch((e: unknown) => ({ problem: `the message cannot be read (${String(e)})` }))
       if ("problem" in found) return { _tag: "NoCommand", problem: found.problem } as const
       command = found
+      const refusal = await run(signedCommandRefusal(found, rcpts))
+      if (refusal !== undefined) return { _tag: "Refused", reason: refusal } as const
     }
     const analysis = await pool.analyze(
       raw,
@@ -150,6 +179,7 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
             if (outcome._tag === "NoCommand") {
               return callback(smtpError(554, `5.6.0 A wake address takes a command: ${outcome.problem}`))
             }
+            if (outcome._tag === "Refused") return callback(smtpError(550, outcome.reason))
             const stored = outcome.stored
             if (stored.every((s) => s.status === "rejected")) {
               return callback(smtpError(550, "5.7.1 Message rejected as spam"))
@@ -212,3 +242,6 @@ export const SmtpServerLive = Layer.scopedDiscard(Effect.gen(function*() {
   }))
   yield* Effect.logInfo(`SMTP listening on ${config.host}:${config.smtpPort}`)
 }))
+
+/** The listener, with the webhook secrets signed wake commands are checked with. */
+export const SmtpServerLive = SmtpListener.pipe(Layer.provide(WebhookSecrets.Default))

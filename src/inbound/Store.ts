@@ -25,7 +25,7 @@ import { documentRow } from "../search/Document.js"
 import { Threading } from "../threads/Threading.js"
 import type { AuthResults } from "./Authenticity.js"
 import type { CommandPart } from "../wake/Message.js"
-import type { EventType } from "./Classify.js"
+import { type EventType, isAutoSubmitted } from "./Classify.js"
 import type { ParsedEmail } from "./Parse.js"
 import { copyKey, type Recipient } from "./Recipients.js"
 import type { SpamVerdict } from "./SpamScore.js"
@@ -40,6 +40,8 @@ export interface InboundMessage {
   readonly auth: AuthResults
   /** The From address when DMARC or an aligned DKIM signature proves it; else null. */
   readonly authenticatedFrom: string | null
+  /** The From address when it may become a known sender (DMARC, or aligned DKIM/SPF without a DMARC record); else null. */
+  readonly knownFrom: string | null
   readonly spam: SpamVerdict
   readonly event: EventType
   /** The wake command the message carries (its `application/json` part), for copies to wake addresses. */
@@ -143,8 +145,10 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
       const contents: Array<Record<string, unknown>> = []
       const documents: Array<Record<string, unknown>> = []
       const attached: Array<Statement.Fragment> = []
-      // Senders of accepted mail become "known" to the organization (the first-send gate lets
-      // a reply-only account write to them); one row per pair, so the insert never meets itself.
+      // Authenticated senders of accepted mail become "known" to the organization (the first-send
+      // gate lets a reply-only account write to them): only a From that DMARC (or, without a DMARC
+      // record, aligned DKIM or SPF) proves, so a forged From never opens the gate. One row per
+      // pair, so the insert never meets itself.
       const known = new Map<string, { org_id: string; address: string }>()
       for (const { copies, merges, message } of transactions) {
         attached.push(...merges)
@@ -168,6 +172,7 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
             references: JSON.stringify(p.references),
             sent_at: p.date,
             headers: JSON.stringify(p.headers),
+            auto_submitted: isAutoSubmitted(p.headers),
             attachments: JSON.stringify(p.attachments),
             size_bytes: message.raw.length,
             spam_score: message.spam.score,
@@ -181,7 +186,7 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
             client_address: message.clientAddress,
             helo: message.helo
           })
-          const sender = p.from?.address?.trim().toLowerCase()
+          const sender = message.knownFrom ?? undefined
           if (email.status === "accepted" && sender !== undefined && sender.includes("@")) {
             known.set(`${r.orgId} ${sender}`, { org_id: r.orgId, address: sender })
           }

@@ -8,8 +8,10 @@
  * `0x7f000001`, octal `0177.0.0.1`, short `127.1`), and IPv6 addresses that embed an IPv4 address
  * (mapped `::ffff:a.b.c.d`, SIIT-translated `::ffff:0:a.b.c.d`, compatible `::a.b.c.d`, NAT64
  * `64:ff9b::/96`, 6to4 `2002::/16`) are judged by the embedded address; the local-use NAT64 prefix
- * `64:ff9b:1::/48` is never public. Port 0 is refused (no service listens there; stacks treat it
- * as "any port").
+ * `64:ff9b:1::/48` is never public. Every other range of the IANA IPv4 and IPv6 Special-Purpose
+ * Address Registries is refused whole, whatever the registry says of its global reachability (anycast
+ * service addresses and identifier ranges such as ORCHIDv2 are no webhook receivers). Port 0 is
+ * refused (no service listens there; stacks treat it as "any port").
  */
 import { Data, Effect } from "effect"
 import { Dns } from "./Dns.js"
@@ -67,8 +69,11 @@ const V4_BLOCKED: ReadonlyArray<readonly [number, number, string]> = [
   [v4(172, 16, 0, 0), 12, "private"],
   [v4(192, 0, 0, 0), 24, "ietf-protocol-assignments"],
   [v4(192, 0, 2, 0), 24, "documentation"],
+  [v4(192, 31, 196, 0), 24, "as112"],
+  [v4(192, 52, 193, 0), 24, "amt"],
   [v4(192, 88, 99, 0), 24, "6to4-relay"],
   [v4(192, 168, 0, 0), 16, "private"],
+  [v4(192, 175, 48, 0), 24, "as112"],
   [v4(198, 18, 0, 0), 15, "benchmarking"],
   [v4(198, 51, 100, 0), 24, "documentation"],
   [v4(203, 0, 113, 0), 24, "documentation"],
@@ -150,7 +155,16 @@ export const classifyIPv6 = (g: ReadonlyArray<number>): Classification => {
   if ((first & 0xff00) === 0xff00) return { public: false, range: "multicast" }
   if (first === 0x2001 && g[1] === 0x0db8) return { public: false, range: "documentation" }
   if (first === 0x2001 && g[1] === 0) return { public: false, range: "teredo" } // obfuscated IPv4 inside
-  if (first === 0x0100 && g[1] === 0 && g[2] === 0 && g[3] === 0) return { public: false, range: "discard" }
+  // 2001::/23, IETF protocol assignments: benchmarking 2001:2::/48, AMT 2001:3::/32, AS112 2001:4:112::/48,
+  // ORCHID 2001:10::/28, ORCHIDv2 2001:20::/28, drone DETs 2001:30::/28, the PCP/TURN/SRP anycast addresses.
+  if (first === 0x2001 && g[1]! < 0x0200) return { public: false, range: "ietf-protocol-assignments" }
+  // 100::/64 discard-only and 100:0:0:1::/64 dummy prefix.
+  if (first === 0x0100 && g[1] === 0 && g[2] === 0 && g[3]! <= 1) return { public: false, range: "discard" }
+  if (first === 0x2620 && g[1] === 0x004f && g[2] === 0x8000) return { public: false, range: "as112" }
+  if (first === 0x3fff && (g[1]! & 0xf000) === 0) return { public: false, range: "documentation" } // 3fff::/20
+  if (first === 0x5f00) return { public: false, range: "segment-routing" } // 5f00::/16, SRv6 SIDs
+  // Outside 2000::/3 nothing is assigned as global unicast.
+  if ((first & 0xe000) !== 0x2000) return { public: false, range: "reserved" }
   return { public: true }
 }
 

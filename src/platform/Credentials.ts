@@ -28,7 +28,7 @@ export interface PrincipalRow {
 }
 
 export interface PrincipalLookup {
-  readonly kind: "api_key" | "oauth"
+  readonly kind: "api_key" | "oauth" | "function"
   /** A SELECT of `PrincipalRow` columns: one row for a live credential, none otherwise. */
   readonly select: Statement.Fragment
 }
@@ -59,9 +59,10 @@ export const principalLookup = (sql: SqlClient.SqlClient, token: string, now: Da
   }
   if (token.startsWith(PREFIX.functionToken)) {
     // A running function invocation's MAILROOM binding: valid until its deadline, revoked at its end.
+    // `client_id` carries the function's id.
     return {
-      kind: "api_key",
-      select: sql`SELECT id, org_id, 'member'::text AS role, NULL::uuid AS user_id, NULL::text AS client_id,
+      kind: "function",
+      select: sql`SELECT id, org_id, 'member'::text AS role, NULL::uuid AS user_id, function_id::text AS client_id,
                          expires_at
                   FROM function_tokens WHERE token_hash = ${hash} AND revoked_at IS NULL AND expires_at > ${now}`
     }
@@ -72,6 +73,14 @@ export const principalLookup = (sql: SqlClient.SqlClient, token: string, now: Da
 export const toPrincipal = (kind: PrincipalLookup["kind"], row: PrincipalRow): Principal =>
   kind === "api_key"
     ? { orgId: row.org_id, role: "member", userId: null, credential: { kind: "api_key", id: row.id } }
+    : kind === "function"
+    ? {
+      orgId: row.org_id,
+      role: "member",
+      userId: null,
+      credential: { kind: "api_key", id: row.id },
+      automation: { functionId: row.client_id ?? "" }
+    }
     : { orgId: row.org_id, role: row.role, userId: row.user_id, credential: { kind: "oauth", id: row.id, clientId: row.client_id ?? "" } }
 
 /** How long a resolved principal is reused without looking its credential up again. */

@@ -154,6 +154,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.Forbidden)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.LoopDetected)
       .addError(Wire.DiscardNotEnabled)
       .addError(Wire.Conflict)
       .addError(Wire.OutboundCapacityExhausted)
@@ -180,6 +181,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.DiscardNotEnabled)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.LoopDetected)
       .addError(Wire.OutboundCapacityExhausted)
       .addError(Wire.OutboundUnreachable)
       .addError(Wire.OutboundRelayTimeout)
@@ -203,6 +205,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.DiscardNotEnabled)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.LoopDetected)
       .addError(Wire.OutboundCapacityExhausted)
       .addError(Wire.OutboundUnreachable)
       .addError(Wire.OutboundRelayTimeout)
@@ -251,10 +254,14 @@ export class SendingApi extends HttpApiGroup.make("sending")
   .annotate(
     OpenApi.Description,
     "Sending: `POST /send-mail`, replies and forwards. `from` must be the organization's managed inbox address " +
-      "(or a +tag form) or an address at a verified domain (403 `cannot_send_from_domain`, `details.valid_senders`). " +
+      "(or a +tag form) or an address at a verified domain (403 `cannot_send_from_domain`, `details.valid_senders`), " +
+      "and its display name may not show any other address (403 `cannot_send_from_domain`, `details.display_name_address`). " +
       "Accounts with `send_to_known_addresses` (emailless agents) may only write to addresses that sent them " +
       "accepted mail (403 `recipient_not_allowed` with one `gates[]` entry per refused recipient). Quotas: the " +
       "plan's `send_per_hour` and `send_per_day` (sliding windows; 429 `rate_limited` with that window's headers). " +
+      "A function's sends (its MAILROOM binding) carry `Auto-Submitted` and meet the loop guard: at most 10 automated " +
+      "sends per thread and hour, and 5 in a row to one counterpart without a person's message in between " +
+      "(429 `loop_detected`, `details {thread_id, rule, limit, window_seconds, retry_after}`). " +
       "Mail carries Message-ID, Date and a DKIM signature. Relay failures answer the outbound codes and are " +
       "recorded on the sent email as `failed`; a retry with the same Idempotency-Key replays them."
   )

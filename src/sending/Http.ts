@@ -41,8 +41,9 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
     return handlers
       .handle("send", ({ payload }) =>
         Effect.gen(function*() {
-          const org = yield* caller
-          const row = yield* sender.submit(org, {
+          const principal = yield* CurrentPrincipal
+          const org = principal.orgId
+          const row = yield* sender.submitAs(org, {
             kind: "send",
             sourceEmailId: null,
             from: payload.from ?? (yield* sender.defaultFrom(org)),
@@ -59,20 +60,22 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
             discardContent: payload.discard_content ?? false,
             inReplyTo: null,
             references: []
-          })
+          }, principal.automation)
           return toSentEmail(row)
         }))
       .handle("reply", ({ path, payload }) =>
         Effect.gen(function*() {
-          const org = yield* caller
+          const principal = yield* CurrentPrincipal
+          const org = principal.orgId
           const input = yield* replyInput(org, path.id, payload).pipe(provideSql)
-          return toSentEmail(yield* sender.submit(org, input))
+          return toSentEmail(yield* sender.submitAs(org, input, principal.automation))
         }))
       .handle("forward", ({ path, payload }) =>
         Effect.gen(function*() {
-          const org = yield* caller
+          const principal = yield* CurrentPrincipal
+          const org = principal.orgId
           const input = yield* forwardInput(org, path.id, payload).pipe(provideSql)
-          return toSentEmail(yield* sender.submit(org, input))
+          return toSentEmail(yield* sender.submitAs(org, input, principal.automation))
         }))
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {

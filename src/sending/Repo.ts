@@ -44,6 +44,8 @@ export interface SentRow {
   readonly relay_response: string | null
   readonly discard_content: boolean
   readonly content_discarded: boolean
+  /** Sent by an automation (a function's MAILROOM binding): it counts on the loop guard's budgets. */
+  readonly automated: boolean
   readonly attachments: ReadonlyArray<{ readonly filename: string; readonly content_type: string; readonly size_bytes: number }>
   readonly created_at: Date
 }
@@ -77,6 +79,7 @@ export interface NewSentEmail {
   readonly lease: { readonly token: string; readonly until: Date } | null
   readonly quotaAt: Date | null
   readonly discardContent: boolean
+  readonly automated: boolean
   readonly content: ContentRow
   /** The conversation it joins (src/threads/Threading.ts) and the threads it merges, applied with it. */
   readonly threadId: string
@@ -135,11 +138,11 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
         )${sql.join("", false)(m.merges.map((f, i) => sql`, ${sql.literal(`merge_${i}`)} AS (${f})`))}
         INSERT INTO sent_emails (id, org_id, thread_id, status, kind, source_email_id, from_header, from_address, to_addresses,
           cc_addresses, bcc_addresses, reply_to, subject, message_id, in_reply_to, "references", send_at, due_at,
-          lease_token, lease_until, quota_at, discard_content, attachments)
+          lease_token, lease_until, quota_at, discard_content, automated, attachments)
         VALUES (${m.id}, ${m.orgId}, ${m.threadId}, ${m.sendAt === null ? "sending" : "scheduled"}, ${m.kind}, ${m.sourceEmailId}, ${m.fromHeader}, ${m.fromAddress},
           ${JSON.stringify(m.to)}::jsonb, ${JSON.stringify(m.cc)}::jsonb, ${JSON.stringify(m.bcc)}::jsonb, ${m.replyTo},
           ${m.subject}, ${m.messageId}, ${m.inReplyTo}, ${JSON.stringify(m.references)}::jsonb, ${m.sendAt}, ${m.dueAt},
-          ${m.lease?.token ?? null}, ${m.lease?.until ?? null}, ${m.quotaAt}, ${m.discardContent},
+          ${m.lease?.token ?? null}, ${m.lease?.until ?? null}, ${m.quotaAt}, ${m.discardContent}, ${m.automated},
           ${JSON.stringify(attachmentMeta(m.content.attachments))}::jsonb)
         RETURNING *`.pipe(Effect.map((rows) => rows[0]!), Effect.orDie)
 
@@ -267,7 +270,33 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
         Effect.orDie
       )
 
+    /** Automated sends to the thread since `since`, and when the oldest of them was made. */
+    const automatedInThread = (threadId: string, since: Date) =>
+      sql<{ n: number; oldest: Date | null }>`
+        SELECT count(*)::int AS n, min(created_at) AS oldest FROM sent_emails
+        WHERE thread_id = ${threadId} AND automated AND status <> 'canceled' AND created_at > ${since}`.pipe(
+        Effect.map((rows) => rows[0] ?? { n: 0, oldest: null }),
+        Effect.orDie
+      )
+
+    /**
+     * The recipients of each automated send to the thread since its last message from a person: mail
+     * received in it not marked automatic, or a send made with a person's credential.
+     */
+    const automatedSinceLastPerson = (orgId: string, threadId: string) =>
+      sql<{ to_addresses: ReadonlyArray<string>; cc_addresses: ReadonlyArray<string>; bcc_addresses: ReadonlyArray<string> }>`
+        SELECT to_addresses, cc_addresses, bcc_addresses FROM sent_emails
+        WHERE thread_id = ${threadId} AND automated AND status <> 'canceled'
+          AND created_at > greatest(
+            coalesce((SELECT max(received_at) FROM emails WHERE org_id = ${orgId} AND thread_id = ${threadId}
+                        AND NOT auto_submitted AND status = 'accepted'), '-infinity'::timestamptz),
+            coalesce((SELECT max(created_at) FROM sent_emails WHERE thread_id = ${threadId} AND NOT automated
+                        AND status <> 'canceled'), '-infinity'::timestamptz))
+        ORDER BY created_at DESC LIMIT 1000`.pipe(Effect.orDie)
+
     return {
+      automatedInThread,
+      automatedSinceLastPerson,
       recordSentEmail,
       find,
       content,

@@ -18,18 +18,21 @@ import {
   type ErrorTag,
   Forbidden,
   type Gate,
+  LoopDetected,
   RateLimited,
   RecipientNotAllowed,
   ValidationError
 } from "../contract/Errors.js"
 import { type Entitlement, entitlementsOf, LIMITS, type Plan } from "../contract/Plans.js"
+import { OrgEvents } from "../deliveries/OrgEvents.js"
 import { AppConfig } from "../platform/Config.js"
+import { setHeader } from "../platform/HttpHeaders.js"
 import { type Decision, setLimitHeaders } from "../platform/RateLimiter.js"
 import { randomToken } from "../platform/Secrets.js"
 import { RegistryDirectory } from "../registries/Directory.js"
 import { parseRegistryRecipient } from "../registries/Directory.js"
 import { canSendFrom, onlySender, sendableAddresses, validSenders } from "../registries/Senders.js"
-import { type Mailbox, domainOf, formatMailbox, parseMailbox } from "./Addresses.js"
+import { type Mailbox, addressOf, domainOf, formatMailbox, parseMailbox } from "./Addresses.js"
 import { ATTACHMENTS_MAX_BYTES, MAX_RECIPIENTS, SCHEDULE_MAX_DAYS, SUBJECT_MAX_LENGTH } from "./Api.js"
 import { composeMessage } from "./Compose.js"
 import { DkimKeys } from "./Dkim.js"
@@ -59,7 +62,42 @@ export interface SendInput {
   readonly references: ReadonlyArray<string>
 }
 
-export type SendError = ValidationError | Forbidden | CannotSendFromDomain | RecipientNotAllowed | DiscardNotEnabled | RateLimited
+export type SendError =
+  | ValidationError
+  | Forbidden
+  | CannotSendFromDomain
+  | RecipientNotAllowed
+  | DiscardNotEnabled
+  | RateLimited
+  | LoopDetected
+
+/**
+ * The addresses a display name shows, lowercased: anything shaped `local@domain.tld` once compatibility
+ * forms are folded (a fullwidth `＠` reads as `@` in a mail client too).
+ */
+export const addressesIn = (displayName: string): ReadonlyArray<string> =>
+  [...displayName.normalize("NFKC").matchAll(/[^\s@<>"'(),;:[\]]+@[^\s@<>"'(),;:[\]]+\.[^\s@<>"'(),;:[\]]+/g)]
+    .map((m) => m[0].toLowerCase().replace(/\.+$/, ""))
+
+/** Who sends when an automation does (a function's MAILROOM binding): its mail is automatic. */
+export interface Automation {
+  readonly functionId: string
+}
+
+/** The loop guard: automated sends to one thread per hour, and in a row to one counterpart without a person's message. */
+export const LOOP_THREAD_PER_HOUR = 10
+export const LOOP_IN_A_ROW = 5
+
+/** RFC 3834: a reply is `auto-replied`, anything else an automation sends `auto-generated`. */
+export const autoSubmittedValue = (kind: SendInput["kind"]) => (kind === "reply" ? "auto-replied" : "auto-generated")
+
+interface LoopRefusal {
+  readonly rule: "thread_hourly" | "counterpart_in_a_row"
+  readonly limit: number
+  readonly windowSeconds: number | null
+  readonly retryAfter: number | null
+  readonly counterpart: string | null
+}
 
 interface OrgFacts {
   readonly plan: Plan
@@ -201,6 +239,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     const dkim = yield* DkimKeys
     const directory = yield* RegistryDirectory
     const config = yield* AppConfig
+    const orgEvents = yield* OrgEvents
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     const leaseMs = Duration.toMillis(config.outboundTimeout) + 30_000
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
@@ -222,9 +261,23 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     const validate = (input: SendInput, nowMs: number) =>
       validateSend(input, nowMs).pipe(Effect.provideService(RegistryDirectory, directory))
 
-    /** 403 `cannot_send_from_domain` unless the organization can send from the address. */
-    const checkSender = (orgId: string, address: string) =>
+    /**
+     * 403 `cannot_send_from_domain` unless the organization can send from the address, and from every
+     * address its display name shows (`"ceo@other.test" <own inbox>` would pass for other.test).
+     */
+    const checkSender = (orgId: string, address: string, displayName: string) =>
       Effect.flatMap(sendableAddresses(orgId).pipe(provideSql), (s) => {
+        const shown = addressesIn(displayName).find((a) => !canSendFrom(s, a))
+        if (shown !== undefined) {
+          const valid = validSenders(s)
+          return Effect.fail(
+            new CannotSendFromDomain({
+              message: `the display name of from shows ${shown}, an address this organization cannot send from: ` +
+                "a display name may not be another sender's address (use a plain name)",
+              details: { valid_senders: valid, display_name_address: shown }
+            })
+          )
+        }
         if (canSendFrom(s, address)) return Effect.void
         const valid = validSenders(s)
         return Effect.fail(
@@ -283,6 +336,79 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         const u = yield* repo.usage(orgId, at)
         if (u.hour >= limits.send_per_hour) return yield* quotaRefusal(limits.send_per_hour, HOUR_S, u.hour, u.oldest_hour, at.getTime())
         if (u.day >= limits.send_per_day) return yield* quotaRefusal(limits.send_per_day, DAY_S, u.day, u.oldest_day, at.getTime())
+      })
+
+    /**
+     * The loop guard's budgets for an automated send to `threadId` (none for a person's send): at most
+     * LOOP_THREAD_PER_HOUR automated sends to the thread per hour, and at most LOOP_IN_A_ROW in a row to
+     * one counterpart since the thread's last message from a person.
+     */
+    const checkLoop = (orgId: string, threadId: string, recipients: ReadonlyArray<string>, at: Date) =>
+      Effect.gen(function*() {
+        const hour = yield* repo.automatedInThread(threadId, new Date(at.getTime() - HOUR_S * 1000))
+        if (hour.n >= LOOP_THREAD_PER_HOUR) {
+          const resetMs = (hour.oldest?.getTime() ?? at.getTime()) + HOUR_S * 1000
+          return Option.some<LoopRefusal>({
+            rule: "thread_hourly",
+            limit: LOOP_THREAD_PER_HOUR,
+            windowSeconds: HOUR_S,
+            retryAfter: Math.max(1, Math.ceil((resetMs - at.getTime()) / 1000)),
+            counterpart: null
+          })
+        }
+        const rows = yield* repo.automatedSinceLastPerson(orgId, threadId)
+        const counts = new Map<string, number>()
+        for (const r of rows) {
+          for (const a of new Set([...r.to_addresses, ...r.cc_addresses, ...r.bcc_addresses].map(addressOf))) {
+            counts.set(a, (counts.get(a) ?? 0) + 1)
+          }
+        }
+        const counterpart = [...new Set(recipients)].find((a) => (counts.get(a) ?? 0) >= LOOP_IN_A_ROW)
+        if (counterpart === undefined) return Option.none<LoopRefusal>()
+        return Option.some<LoopRefusal>({ rule: "counterpart_in_a_row", limit: LOOP_IN_A_ROW, windowSeconds: null, retryAfter: null, counterpart })
+      })
+
+    /** 429 `loop_detected` for a refused automated send, after its `send.loop_detected` event. */
+    const loopRefusal = (orgId: string, automation: Automation, threadId: string, r: LoopRefusal, what: {
+      readonly from: string
+      readonly to: ReadonlyArray<string>
+      readonly subject: string
+    }, at: Date) =>
+      Effect.gen(function*() {
+        yield* orgEvents.emit({
+          orgId,
+          eventType: "send.loop_detected",
+          createdAt: at,
+          data: {
+            loop: {
+              rule: r.rule,
+              thread_id: threadId,
+              function_id: automation.functionId,
+              limit: r.limit,
+              window_seconds: r.windowSeconds,
+              retry_after: r.retryAfter,
+              counterpart: r.counterpart,
+              from: what.from,
+              to: what.to,
+              subject: what.subject
+            }
+          }
+        }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("send.loop_detected was not recorded", cause)))
+        if (r.retryAfter !== null) yield* setHeader("retry-after", String(r.retryAfter))
+        return yield* new LoopDetected({
+          message: r.rule === "thread_hourly"
+            ? `loop guard: at most ${r.limit} automated sends to one thread per hour; retry in ${r.retryAfter} s`
+            : `loop guard: at most ${r.limit} automated sends in a row to ${r.counterpart} without a message from a person ` +
+              "in between; a person's message in the thread lifts it",
+          details: {
+            thread_id: threadId,
+            rule: r.rule,
+            limit: r.limit,
+            window_seconds: r.windowSeconds,
+            retry_after: r.retryAfter,
+            ...(r.counterpart !== null ? { counterpart: r.counterpart } : {})
+          }
+        })
       })
 
     const messageIdFor = (id: string, fromAddress: string) => `<${id}@${domainOf(fromAddress)}>`
@@ -353,7 +479,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
      * Records a send and, unless scheduled, relays it now. Fails with the check that refused it, or
      * with the relay's error after recording the message as `failed`.
      */
-    const submit = (orgId: string, input: SendInput): Effect.Effect<SentRow, SendError | RelayError> =>
+    const submitAs = (orgId: string, input: SendInput, automation: Automation | undefined): Effect.Effect<SentRow, SendError | RelayError> =>
       Effect.gen(function*() {
         const at = yield* now
         const v = yield* validate(input, at.getTime())
@@ -369,14 +495,15 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
             message: "discard_content needs the account setting discard_content_on_webhook_confirmed to be on (PATCH /account)"
           })
         }
-        yield* checkSender(orgId, v.from.address)
+        yield* checkSender(orgId, v.from.address, v.from.name)
         const all = [...v.to, ...v.cc, ...v.bcc].map((m) => m.address)
         yield* checkGate(orgId, facts, all)
         const id = randomUUID()
         const content: ContentRow = {
           text_body: input.text,
           html_body: input.html,
-          headers: input.headers,
+          // An automation's mail says so (RFC 3834), scheduled or not.
+          headers: automation === undefined ? input.headers : { ...input.headers, "Auto-Submitted": autoSubmittedValue(input.kind) },
           attachments: v.attachments
         }
         const immediate = input.sendAt === null
@@ -409,20 +536,35 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           lease: immediate ? { token, until: new Date(at.getTime() + leaseMs) } : null,
           quotaAt: immediate ? at : null,
           discardContent: input.discardContent,
+          automated: automation !== undefined,
           content
         }
-        if (!immediate) {
-          yield* checkQuota(orgId, facts, at)
-          return yield* repo.recordSentEmail(record)
-        }
-        const row = yield* Effect.gen(function*() {
+        // Under the organization's quota lock, so concurrent automated sends never pass the loop budgets.
+        const recorded = yield* Effect.gen(function*() {
           yield* repo.lockQuota(orgId)
           yield* checkQuota(orgId, facts, at)
-          return yield* repo.recordSentEmail(record)
+          if (automation !== undefined) {
+            const loop = yield* checkLoop(orgId, thread.threadId, all, at)
+            if (Option.isSome(loop)) return Either.left(loop.value)
+          }
+          return Either.right(yield* repo.recordSentEmail(record))
         }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
+        if (Either.isLeft(recorded)) {
+          return yield* loopRefusal(orgId, automation!, thread.threadId, recorded.left, {
+            from: record.fromHeader,
+            to: [...record.to, ...record.cc, ...record.bcc],
+            subject: record.subject
+          }, at)
+        }
+        const row = recorded.right
+        if (!immediate) return row
         const result = yield* relayRow(row, token, undefined, content)
         return yield* Either.match(result, { onLeft: (e) => Effect.fail(e), onRight: Effect.succeed })
       }).pipe(Effect.withSpan("Sender.submit"))
+
+    /** A send made by the service itself or a person's credential: the loop guard never applies. */
+    const submit = (orgId: string, input: SendInput): Effect.Effect<SentRow, Exclude<SendError, LoopDetected> | RelayError> =>
+      submitAs(orgId, input, undefined).pipe(Effect.catchTag("LoopDetected", Effect.die))
 
     /**
      * A due scheduled send this process leased: the checks again, then the relay. A refused check
@@ -438,7 +580,8 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         })
         const checks = yield* Effect.either(
           Effect.gen(function*() {
-            yield* checkSender(row.org_id, row.from_address)
+            const from = parseMailbox(row.from_header)
+            yield* checkSender(row.org_id, row.from_address, typeof from === "string" ? "" : from.name)
             yield* checkGate(row.org_id, facts, recipients)
             yield* Effect.gen(function*() {
               yield* repo.lockQuota(row.org_id)
@@ -460,7 +603,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         return { outcome: "relayed" as const, result: yield* relayRow(row, token, retryAt) }
       })
 
-    return { submit, deliver, checkQuota, orgFacts, defaultFrom } as const
+    return { submit, submitAs, deliver, checkQuota, orgFacts, defaultFrom } as const
   }),
   dependencies: [SendingRepo.Default, OutboundRelay.Default, DkimKeys.Default]
 }) {}

@@ -13,8 +13,22 @@ import { Recipients } from "../inbound/Recipients.js"
 import { InboundStore } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
 import { DkimKeys } from "../sending/Dkim.js"
-import { commandOf, composeWake, WAKE_SENDER_LOCAL, wakeAddress } from "./Message.js"
+import { commandOf, composeWake, useKeyOf, WAKE_SENDER_LOCAL, wakeAddress } from "./Message.js"
 import { payloadOf, type WakeRow } from "./Repo.js"
+
+/**
+ * Marks a signed command used; answers false when it was already (a replay). Old marks go with it:
+ * a signature older than a day no longer verifies anyway.
+ */
+export const claimWakeCommand = (orgId: string, useKey: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql<{ use_key: string }>`
+      WITH gone AS (DELETE FROM wake_commands_used WHERE org_id = ${orgId} AND used_at < now() - interval '2 days')
+      INSERT INTO wake_commands_used (org_id, use_key) VALUES (${orgId}, ${useKey})
+      ON CONFLICT DO NOTHING RETURNING use_key`
+    return rows.length > 0
+  })
 
 /** The firing did not store its email (the function is gone, or storage is full): try again later, or give up. */
 export class FiringFailed extends Data.TaggedError("FiringFailed")<{ readonly reason: string; readonly retry: boolean }> {}
@@ -61,6 +75,8 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
         const analysis = yield* Effect.promise(() => analyze(raw, null))
         const command = yield* Effect.promise(() => commandOf(raw))
         if ("problem" in command) return yield* Effect.dieMessage(`a composed wake email has no command: ${command.problem}`)
+        // Used once: the same signed email mailed in later is a replay (SmtpServer refuses it).
+        yield* claimWakeCommand(wake.org_id, useKeyOf(command)!).pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.orDie)
         const copies = yield* store.store({
           raw,
           envelopeFrom: `${WAKE_SENDER_LOCAL}@${domain}`,

@@ -1,8 +1,10 @@
 /**
  * The wake email: composed by the service when a wake fires, and read back on ingestion (from the
  * service, or from an allowed sender). The command is the message's `application/json` part:
- * `{type, payload?, wake_id?, scheduled_for?, fired_at?, thread_id?}` (`thread_id`: a thread watch's thread); `Mailroom-Wake-Signature: t=<unix>,v1=<hex>`
- * is HMAC-SHA256 of `<t>.<that JSON text>` with the account's webhook secret (the webhook scheme).
+ * `{type, payload?, function_id?, wake_id?, scheduled_for?, fired_at?, thread_id?}` (`thread_id`: a thread watch's thread);
+ * `Mailroom-Wake-Signature: t=<unix>,v1=<hex>` is HMAC-SHA256 of `<t>.<that JSON text>` with the account's webhook
+ * secret (the webhook scheme). A signed command is bound to its target (`function_id`) and used once (`wake_id` with
+ * `scheduled_for`): SmtpServer refuses one replayed, retargeted or naming neither.
  */
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { simpleParser } from "mailparser"
@@ -33,6 +35,8 @@ export interface CommandPart {
   readonly json: string
   readonly type: string
   readonly payload: unknown
+  /** The function the command was signed for. */
+  readonly functionId: string | null
   readonly wakeId: string | null
   readonly scheduledFor: string | null
   readonly firedAt: string | null
@@ -60,6 +64,9 @@ export const verifyCommand = (signature: string | null, json: string, secrets: R
   })
 }
 
+/** What makes a signed command single-use: its wake id and the firing it is (`scheduled_for`). */
+export const useKeyOf = (c: CommandPart) => (c.wakeId === null ? null : `${c.wakeId}|${c.scheduledFor ?? ""}`)
+
 /** The command a message carries, or a reason it carries none. */
 export const commandOf = async (raw: Buffer): Promise<CommandPart | { readonly problem: string }> => {
   const mail = await simpleParser(raw, { skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true })
@@ -83,6 +90,7 @@ export const commandOf = async (raw: Buffer): Promise<CommandPart | { readonly p
     json,
     type: c["type"],
     payload: c["payload"] ?? null,
+    functionId: typeof c["function_id"] === "string" && UUID.test(c["function_id"]) ? c["function_id"] : null,
     wakeId: typeof c["wake_id"] === "string" && UUID.test(c["wake_id"]) ? c["wake_id"] : null,
     scheduledFor: text(c["scheduled_for"]),
     firedAt: text(c["fired_at"]),
@@ -114,6 +122,7 @@ export const composeWake = (input: ComposeInput): Promise<{ readonly raw: Buffer
   const json = JSON.stringify({
     type: input.type,
     payload: input.payload,
+    function_id: input.functionId,
     wake_id: input.wakeId,
     scheduled_for: input.scheduledFor.toISOString(),
     fired_at: input.firedAt.toISOString(),

@@ -45,6 +45,9 @@ export const EmailPayloadSchema = Schema.Struct({
   size_bytes: Schema.Int,
   spam_score: Schema.NullOr(Schema.Number),
   auth: Schema.Struct({ spf: Schema.String, dkim: Schema.String, dmarc: Schema.String }),
+  auto_submitted: Schema.Boolean.annotations({
+    description: "the message says an automaton sent it (Auto-Submitted other than `no`, or Precedence bulk, junk or list): do not answer it"
+  }),
   attachments: Schema.Array(Schema.Struct({
     filename: Schema.NullOr(Schema.String),
     content_type: Schema.String,
@@ -63,8 +66,10 @@ export const WakePayloadSchema = Schema.Struct({
   scheduled_for: Schema.NullOr(DateTime),
   fired_at: DateTime,
   thread_id: Schema.NullOr(Schema.String).annotations({ description: "a thread watch's firing: the thread that stayed silent" }),
-  sender: Schema.String,
-  verified: Schema.Boolean.annotations({ description: "true only when Mailroom-Wake-Signature verifies with the account's webhook secret" })
+  sender: Schema.String.annotations({ description: "who is proven to have sent it: the authenticated From, else the envelope sender" }),
+  verified: Schema.Boolean.annotations({
+    description: "true only when Mailroom-Wake-Signature verifies with the account's webhook secret over a command naming this function"
+  })
 }).annotations({ ...jsonId("EventWake"), description: "the command of a wake.command" })
 
 const base = {
@@ -103,6 +108,27 @@ export const PaymentEventSchema = Schema.Struct({
   }).annotations(jsonId("EventPayment"))
 }).annotations({ ...jsonId("PaymentEvent"), description: "an x402 payment's outcome" })
 
+export const LoopEventSchema = Schema.Struct({
+  ...base,
+  loop: Schema.Struct({
+    rule: Schema.Literal("thread_hourly", "counterpart_in_a_row").annotations({
+      description: "thread_hourly: more than `limit` automated sends to the thread in an hour; counterpart_in_a_row: more than " +
+        "`limit` in a row to `counterpart` without a message from a person in between"
+    }),
+    thread_id: Schema.String,
+    function_id: Schema.String.annotations({ description: "the function whose send was refused" }),
+    limit: Schema.Int,
+    window_seconds: Schema.NullOr(Schema.Int).annotations({ description: "thread_hourly: 3600; null for counterpart_in_a_row" }),
+    retry_after: Schema.NullOr(Schema.Int).annotations({
+      description: "seconds until the thread's hourly budget has room; null for counterpart_in_a_row (a person's message lifts it)"
+    }),
+    counterpart: Schema.NullOr(Schema.String).annotations({ description: "counterpart_in_a_row: the address written to in a row" }),
+    from: Schema.String,
+    to: Schema.Array(Schema.String).annotations({ description: "every recipient of the refused send (to, cc, bcc)" }),
+    subject: Schema.String
+  }).annotations(jsonId("EventLoop"))
+}).annotations({ ...jsonId("LoopEvent"), description: "an automated send the loop guard refused" })
+
 export interface EventDoc {
   readonly type: string
   readonly schema: Schema.Schema<any, any>
@@ -120,6 +146,7 @@ export const EVENTS: ReadonlyArray<EventDoc> = [
   { type: "email.dmarc_report", schema: EmailEventSchema, summary: "A DMARC aggregate report was received", description: "An RFC 7489 aggregate (rua) report." + EMAIL_NOTE },
   { type: "email.dmarc_failure", schema: EmailEventSchema, summary: "A DMARC failure report was received", description: "An RFC 6591 failure (ruf) report." + EMAIL_NOTE },
   { type: "wake.command", schema: EmailEventSchema, summary: "A wake fired, or an allowed sender mailed a command", description: "Delivered to the function the wake targets, with `wake` set; the email is the wake message." },
+  { type: "send.loop_detected", schema: LoopEventSchema, summary: "An automated send was refused as a likely mail loop", description: "A function's send (through its MAILROOM binding) was answered 429 `loop_detected`: more than 10 automated sends to one thread in an hour, or more than 5 in a row to one counterpart without a message from a person in between. Sent to endpoints that list the type in `event_types` and the organization-wide endpoint (never to a function's route)." },
   { type: "payment.failed", schema: PaymentEventSchema, summary: "A payment failed", description: "Sent to the payer (HTTP rail) or the payee (email rail) organization's endpoints that receive it: every failure (declined by policy, cap, verification, settlement) with `failure_category` and `reasons`." },
   { type: "payment.settled", schema: PaymentEventSchema, summary: "A payment settled", description: "Sent to the organizations the settlement concerns, with the transaction hash." }
 ]

@@ -49,6 +49,8 @@ export interface EmailPayload {
   readonly size_bytes: number
   readonly spam_score: number | null
   readonly auth: EmailAuth
+  /** The message says an automaton sent it (Auto-Submitted other than `no`, Precedence bulk/junk/list). */
+  readonly auto_submitted: boolean
   readonly attachments: ReadonlyArray<PayloadAttachment>
   readonly raw_url: string
   readonly attachments_url: string
@@ -157,6 +159,7 @@ export const syntheticEmailReceived = (input: {
       size_bytes: 512,
       spam_score: 0,
       auth: { spf: "none", dkim: "none", dmarc: "none" },
+      auto_submitted: false,
       attachments: [],
       raw_url: `${input.publicBaseUrl}/v1/emails/${emailId}/raw?token=test`,
       attachments_url: `${input.publicBaseUrl}/v1/emails/${emailId}/attachments.tar.gz?token=test`

@@ -38,6 +38,7 @@ function headerOf(headers, name) {
 
 /** Why not to answer, or undefined when an answer is fine. */
 function automatic(email, sender) {
+  if (email.auto_submitted === true) return "auto-submitted mail"
   const auto = headerOf(email.headers, "auto-submitted")
   if (auto !== undefined && auto.trim().toLowerCase() !== "no") return "auto-submitted mail"
   if (/^(bulk|list|junk)$/i.test((headerOf(email.headers, "precedence") ?? "").trim())) return "bulk or list mail"
@@ -70,7 +71,10 @@ export default {
     if (!reply.ok) {
       const code = answer?.error?.code ?? reply.status
       // Mail that cannot be answered (rejected, no Message-ID, …) or a recipient the gate refuses: done.
-      if (code === "inbound_not_repliable" || code === "recipient_not_allowed") return new Response(`not answered: ${code}`)
+      // The loop guard refusing the reply (loop_detected) is an answer too: never retried.
+      if (code === "inbound_not_repliable" || code === "recipient_not_allowed" || code === "loop_detected") {
+        return new Response(`not answered: ${code}`)
+      }
       return new Response(`the reply failed: ${code}`, { status: 502 })
     }
     await env.MEMORY.put(memo, JSON.stringify(answer.data?.id ?? true), { expirationTtl: ONCE_PER_SECONDS })

@@ -79,3 +79,18 @@ export const testServiceWithDns = (overrides: Record<string, string> = {}) =>
     testService({ ...overrides, DNS_SERVER: `127.0.0.1:${dns.port}` }).pipe(
       Layer.merge(Layer.succeed(TestDns, { port: dns.port, zone: dns.zone, queries: dns.queries }))
     )))
+
+/** SPF designating 127.0.0.1, where the tests' SMTP clients connect from. */
+export const SPF_LOCALHOST = "v=spf1 ip4:127.0.0.1 -all"
+
+/**
+ * A fresh domain publishing SPF_LOCALHOST and no DMARC record: mail a test sends from it (envelope
+ * and From) passes SPF aligned with its From, so its sender becomes known to the receiving
+ * organization (the first-send gate). Unauthenticated mail never does.
+ */
+export const authenticatedDomain = (label: string) =>
+  Effect.map(TestDns, (dns) => {
+    const domain = `${label}-${Math.random().toString(36).slice(2, 8)}.test`
+    dns.zone.set(domain, { TXT: [SPF_LOCALHOST] })
+    return domain
+  })

@@ -14,6 +14,7 @@ import { newEventId, serializeEvent, syntheticEmailReceived, truncateUtf8 } from
 import { FunctionDeployer } from "./Deploy.js"
 import { FunctionInvoker } from "./Invoker.js"
 import { FunctionsRepo, toFunction, toFunctionWithCode, toInvocation } from "./Repo.js"
+import { busyAsRateLimited, QUEUE_TIMEOUT_MS } from "./Runtime.js"
 
 const RESPONSE_BODY_LIMIT = 2048
 
@@ -62,7 +63,7 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
         Effect.gen(function*() {
           const org = yield* entitledOrg
           const current = yield* found(org, path.id)
-          yield* deployer.check(payload.code, payload.secrets, current.secret_names)
+          yield* deployer.check(org, payload.code, payload.secrets, current.secret_names)
           return toFunction(yield* repo.update(current, payload))
         }))
       .handle("remove", ({ path }) =>
@@ -98,8 +99,10 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
             event: eventType,
             deliveryId: null,
             signingSecrets: Option.getOrElse(signing, () => []),
-            attempt: 1
-          })
+            attempt: 1,
+            // The organization's slots busy for this long: 429 rather than an open request for minutes.
+            maxWaitMs: QUEUE_TIMEOUT_MS
+          }).pipe(Effect.catchTag("SlotsBusy", busyAsRateLimited))
           // Only a delivery passes `onStart`: an invoke always runs.
           const outcome = Option.getOrThrow(ran)
           return {

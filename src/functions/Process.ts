@@ -7,6 +7,7 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs"
+import { setPriority } from "node:os"
 import { request } from "node:http"
 import { join } from "node:path"
 import { buildConfig, type ConfigInput, ERROR_HEADER, HEAP_LIMIT_MB, NONCE_ENV, secretEnvName, WEBHOOK_SECRET_ENV, workerdBinary } from "./Workerd.js"
@@ -294,6 +295,13 @@ export const validateModule = async (code: string, stateDir: string, timeoutMs: 
     serviceAddress: "127.0.0.1:9",
     serviceCredential: "validation"
   })
+  // A module whose top level never returns spins one core until the timeout: at the lowest CPU
+  // priority, so the service and everyone else's work come first.
+  if (s.child.pid !== undefined) {
+    try {
+      setPriority(s.child.pid, 19)
+    } catch { /* already gone */ }
+  }
   let timer: NodeJS.Timeout | undefined
   try {
     return await Promise.race([

@@ -5,7 +5,7 @@
  */
 import { Data, Duration, Effect, Option } from "effect"
 import { RateLimited } from "../contract/Errors.js"
-import { mkdtempSync, rmSync } from "node:fs"
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { MemoriesRepo } from "../memories/Repo.js"
@@ -87,7 +87,7 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
     const credentials = yield* Credentials
     const timeoutMs = Duration.toMillis(config.functionTimeout)
     const stateDir = yield* Effect.acquireRelease(
-      Effect.sync(() => mkdtempSync(join(tmpdir(), "mailroom-fn-"))),
+      Effect.sync(() => mkdtempSync(join(tmpdir(), `mailroom-fn-${process.pid}-`))),
       (dir) => Effect.sync(() => {
         killAll()
         rmSync(dir, { recursive: true, force: true })
@@ -95,9 +95,35 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
     )
     const running = new Map<string, InvocationIdentity>()
     const memorySocket = join(stateDir, "memory.sock")
-    yield* Effect.acquireRelease(
+    const memoryHost = yield* Effect.acquireRelease(
       startMemoryHost(memorySocket, (token) => running.get(token)),
       (server) => Effect.sync(() => server.close())
+    )
+    /**
+     * The state directory removed under the running service (a tmp cleaner, an operator): created
+     * again with the memory socket, so deploys and invocations keep working instead of failing.
+     */
+    const restoring = yield* Effect.makeSemaphore(1)
+    const ensureState = restoring.withPermits(1)(Effect.async<void, Error>((resume) => {
+      if (existsSync(memorySocket)) return resume(Effect.void)
+      try {
+        mkdirSync(stateDir, { recursive: true, mode: 0o700 })
+      } catch (e) {
+        return resume(Effect.fail(e as Error))
+      }
+      memoryHost.close()
+      const failed = (e: Error) => resume(Effect.fail(e))
+      memoryHost.once("error", failed)
+      memoryHost.listen(memorySocket, () => {
+        memoryHost.off("error", failed)
+        chmodSync(memorySocket, 0o600)
+        resume(Effect.void)
+      })
+    })).pipe(
+      Effect.tap(() => Effect.void),
+      Effect.catchAll((e) =>
+        Effect.die(new Error(`the functions state directory ${stateDir} could not be created again: ${e.message}`))
+      )
     )
 
     // The process's slots, shared fairly: an organization holds at most its 4, and the last quarter
@@ -113,6 +139,7 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
     const run = (input: RunInput): Effect.Effect<Option.Option<ProcessResult>, SlotsBusy> =>
       Effect.flatMap(slots.withSlot(input.orgId, Effect.gen(function*() {
         if (input.onStart !== undefined && !(yield* input.onStart)) return Option.none<ProcessResult>()
+        yield* ensureState
         const credential = `${PREFIX.functionToken}${randomToken(40)}`
         const invocationToken = randomToken(40)
         const expiresAt = new Date(Date.now() + timeoutMs + TOKEN_MARGIN_MS)
@@ -165,7 +192,7 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
     /** Loads a module in workerd: undefined when it loads, else workerd's message. */
     const validate = (orgId: string, code: string, maxWaitMs: number = QUEUE_TIMEOUT_MS) =>
       Effect.flatMap(
-        validations.withSlot(orgId, Effect.promise(() => validateModule(code, stateDir, VALIDATION_TIMEOUT_MS)), maxWaitMs),
+        validations.withSlot(orgId, Effect.zipRight(ensureState, Effect.promise(() => validateModule(code, stateDir, VALIDATION_TIMEOUT_MS))), maxWaitMs),
         Option.match({
           onNone: () => Effect.fail(new SlotsBusy({ what: "validation", waitedMs: maxWaitMs })),
           onSome: Effect.succeed

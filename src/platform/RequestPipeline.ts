@@ -10,9 +10,9 @@
  */
 import { HttpApp, HttpIncomingMessage, type HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { ResponseError } from "@effect/platform/HttpServerError"
-import { Cause, Effect, FiberRef, LogLevel, Option } from "effect"
+import { Cause, Effect, FiberRef, LogLevel, Option, Stream } from "effect"
 import type { BlockList } from "node:net"
-import { Conflict, envelopeOf, RateLimited, ServiceUnavailable, ValidationError } from "../contract/Errors.js"
+import { Conflict, envelopeOf, PayloadTooLarge, RateLimited, ServiceUnavailable, ValidationError } from "../contract/Errors.js"
 import type { Principal } from "../contract/Security.js"
 import { bearerToken } from "./Authentication.js"
 import { Admission } from "./Admission.js"
@@ -52,6 +52,24 @@ const SENDS = /^\/v1\/(send-mail|emails\/[^/]+\/reply)$/
 /** The MCP endpoint carries what the operations its tools call carry (sends, function code). */
 const bodyLimitOf = (path: string) =>
   path.startsWith("/v1/functions") ? FUNCTIONS_MAX_BODY_BYTES : SENDS.test(path) || path === "/mcp" ? SEND_MAX_BODY_BYTES : MAX_BODY_BYTES
+
+/**
+ * A declared body past the limit is read and discarded up to this many bytes, then answered 413 on
+ * a connection that stays usable; a larger one is answered at once and the connection closed.
+ */
+const DRAIN_MAX_BYTES = 64 * 1024 * 1024
+
+const tooLarge = (limit: number, close: boolean) =>
+  json(
+    envelopeOf(
+      new PayloadTooLarge({
+        message: `body: larger than the ${limit} bytes this operation reads`,
+        details: { limit_bytes: limit }
+      })
+    ),
+    413,
+    close ? { connection: "close" } : {}
+  )
 
 const json = (body: unknown, status: number, headers: Record<string, string>) =>
   HttpServerResponse.unsafeJson(body, { status, headers })
@@ -199,6 +217,16 @@ export const requestPipeline = (
       unknown,
       Services | Admission | Idempotency
     > = Effect.gen(function*() {
+      // A body declared larger than the operation reads is refused before anything else. Reading it
+      // to its end first (discarding it) keeps the connection usable: a server that answers and
+      // closes while the client is still sending makes the client's next read a reset instead of this answer.
+      const declared = Number(request.headers["content-length"] ?? 0)
+      const limit = bodyLimitOf(path)
+      if (declared > limit) {
+        if (declared > DRAIN_MAX_BYTES) return tooLarge(limit, true)
+        const drained = yield* Stream.runDrain(original.stream).pipe(Effect.either)
+        return tooLarge(limit, drained._tag === "Left")
+      }
       // The caller's share: false when it already has its quarter of the process in progress.
       const hold = (caller: string) =>
         Effect.sync(() => {
@@ -289,11 +317,7 @@ export const requestPipeline = (
         Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
       )
     }
-    // A body over the limit is answered without being read to its end: the rest of it is still on
-    // the connection, so the client must not send its next request there (found by the fuzz: the
-    // next POST on a reused keep-alive socket failed).
-    const declared = Number(request.headers["content-length"] ?? 0)
-    return declared > bodyLimitOf(path) ? HttpServerResponse.setHeader(final, "connection", "close") : final
+    return final
   })
 }
 

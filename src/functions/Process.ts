@@ -75,6 +75,17 @@ export const killAll = () => {
   for (const child of live) child.kill("SIGKILL")
 }
 
+/**
+ * However this process ends (a shutdown cut short by SHUTDOWN_TIMEOUT exits with an /invoke still
+ * in flight), no workerd it started outlives it: killing is synchronous, so it works in `exit`.
+ */
+let killOnExit = false
+const ensureKilledOnExit = () => {
+  if (killOnExit) return
+  killOnExit = true
+  process.once("exit", killAll)
+}
+
 /** Resident set size of a process in bytes, or undefined once it is gone. */
 const rssOf = (pid: number): number | undefined => {
   try {
@@ -121,6 +132,7 @@ const spawnWorkerd = (input: Omit<ProcessInput, "body" | "headers" | "timeoutMs"
     env
   })
   live.add(child)
+  ensureKilledOnExit()
   const logs = new LogBuffer()
   let stderrText = ""
   child.stdout!.on("data", (d: Buffer) => logs.push(d))

@@ -147,12 +147,15 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("client address and 
   })
 
   describe("MAX_INFLIGHT_REQUESTS", () => {
-    it.scoped("past the cap a request is 503 service_unavailable with Retry-After at once; health is exempt; it recovers when load drops", () =>
+    it.scoped("past the cap a request is 503 service_unavailable with Retry-After at once; health says so; it recovers when load drops", () =>
       Effect.gen(function*() {
         yield* resetLimits
         const provisioning = yield* Provisioning
         const org = yield* provisioning.createOrganization({ name: "Overload", plan: "developer" })
         const { apiKey } = yield* provisioning.issueApiKey(org.id)
+        // One organization holds at most a quarter of the cap: two others hold one request each.
+        const holders = yield* Effect.forEach([1, 2], () =>
+          Effect.flatMap(provisioning.createOrganization({ name: "Holder", plan: "developer" }), (o) => provisioning.issueApiKey(o.id)))
         const server = yield* serverWith({ maxInflightRequests: 2 })
 
         // Two requests held in progress: their bodies arrive slowly.
@@ -171,7 +174,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("client address and 
             socket.on("close", () => resolve(data))
           })
           socket.write(
-            `POST /v1/filters HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${apiKey}\r\n` +
+            `POST /v1/filters HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${holders[i - 1]!.apiKey}\r\n` +
               `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(b)}\r\nconnection: close\r\n\r\n${b.slice(0, 5)}`
           )
           slow.push({ socket, rest: b.slice(5), reply })
@@ -208,15 +211,17 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("client address and 
           }
           return last
         })
-        // The two slow requests, plus the probes that got in before both were admitted.
+        // The probes that got in before both were admitted.
         const before = yield* settled
         const refused = yield* get("/v1/account")
         expect(refused.status).toBe(503)
         const after = yield* settled
         expect(after).toBe(before)
 
+        // The health probe tells a balancer the truth: nothing is admitted here now.
         const health = yield* get("/v1/health")
-        expect(health.status).toBe(200)
+        expect(health.status).toBe(503)
+        expect(health.body.error.code).toBe("service_unavailable")
 
         // The held requests finish normally, and the very next request is served.
         for (const s of slow) s.socket.write(s.rest)
@@ -239,7 +244,8 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("client address and 
         const replies = yield* Effect.forEach(
           Array.from({ length: 40 }),
           () => call("GET", "/v1/account", { token: apiKey }),
-          { concurrency: 40 }
+          // An organization's share of the default cap (128 / 4) at once.
+          { concurrency: 32 }
         )
         expect(replies.map((r) => r.status).filter((s) => s !== 200)).toEqual([])
       }))

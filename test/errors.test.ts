@@ -23,7 +23,7 @@ describe("error table", () => {
       feature_disabled: 403, no_payout_address: 422, payment_declined: 422, payment_verification_failed: 422,
       settlement_failed: 502, challenge_expired: 422, authorization_pending: 400, slow_down: 400,
       expired_token: 400, invalid_grant: 400, access_denied: 403, claim_expired: 410, service_unavailable: 503,
-      method_not_allowed: 405, unsupported_media_type: 415
+      method_not_allowed: 405, unsupported_media_type: 415, payload_too_large: 413
     }
     const actual = Object.fromEntries(tags.map((t) => [ErrorTable[t].code, ErrorTable[t].status]))
     expect(actual).toEqual(expected)

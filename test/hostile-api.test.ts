@@ -12,7 +12,6 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Arbitrary, Cause, Effect, Either, Exit, FastCheck as fc, Layer, Option, Schema, SchemaAST } from "effect"
 import { MailroomApi } from "../src/Api.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
-import { MAX_BODY_BYTES } from "../src/platform/RequestPipeline.js"
 import { makeManualClock, testDatabase, TestServer, testServerOn } from "./support/harness.js"
 import { call, type Reply } from "./support/http.js"
 
@@ -240,7 +239,6 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
         const failures: Array<string> = []
         let requests = 0
         let previous = ""
-        let transportRetries = 0
         let withSchema = 0
         const statuses = new Map<number, number>()
         for (const op of ops) {
@@ -270,22 +268,14 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
               ...(withToken ? { token: apiKey } : {}),
               headers: { "idempotency-key": `fuzz-${requests}` }
             })
-            let exit = yield* Effect.exit(send)
+            // Every request is answered, on whatever connection it went: no retry (a reused
+            // keep-alive connection the server was closing used to fail under load; see docs/testing.md).
+            const exit = yield* Effect.exit(send)
             if (Exit.isFailure(exit)) {
-              // A reused keep-alive connection occasionally fails under heavy machine load (open
-              // defect, see docs/testing.md): the same request once more on a fresh connection must
-              // then be answered with an envelope; a second failure is a failure.
-              transportRetries++
-              exit = yield* Effect.exit(send)
-            }
-            if (Exit.isFailure(exit)) {
-              // Only an over-limit body may be cut off (answered and closed before it was all sent).
               const size = "raw" in body ? body.raw.length : (JSON.stringify(body.json) ?? "").length
-              if (size <= MAX_BODY_BYTES) {
-                const cause = String(Cause.squash(exit.cause)).slice(0, 300)
-                const sent = JSON.stringify("raw" in body ? body.raw : body.json).slice(0, 400)
-                failures.push(`${op.method} ${path}: connection failed for a ${size}-byte body ${sent}: ${cause} (after ${previous})`)
-              }
+              const cause = String(Cause.squash(exit.cause)).slice(0, 300)
+              const sent = JSON.stringify("raw" in body ? body.raw : body.json).slice(0, 400)
+              failures.push(`${op.method} ${path}: connection failed for a ${size}-byte body ${sent}: ${cause} (after ${previous})`)
               continue
             }
             const reply = exit.value
@@ -296,7 +286,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile API input",
             }
           }
         }
-        console.log(`hostile API (seed ${seed}): ${ops.length} operations (${withSchema} with a body schema), ${requests} requests, ${failures.length} failures, ${transportRetries} connection failures answered on retry; statuses ${JSON.stringify(Object.fromEntries(statuses))}`)
+        console.log(`hostile API (seed ${seed}): ${ops.length} operations (${withSchema} with a body schema), ${requests} requests, ${failures.length} failures; statuses ${JSON.stringify(Object.fromEntries(statuses))}`)
         if (failures.length > 0) console.log(`hostile API failures:\n${failures.join("\n")}`)
         expect(failures).toEqual([])
       }), { timeout: 300_000 })

@@ -116,6 +116,36 @@ const sendMail = async (smtpPort: number, to: string, subject: string) => {
 }
 
 describe(`lifecycle (${database})`, () => {
+  it("SIGTERM with an /invoke of a sleeping function in flight, cut short by SHUTDOWN_TIMEOUT: its workerd process ends with the service", async () => {
+    const db = await scratchDb()
+    const dir = mkdtempSync(join(tmpdir(), "mailroom-life-"))
+    try {
+      const env = baseEnv(dir, db.url, { SHUTDOWN_TIMEOUT: "2s", FUNCTION_TIMEOUT: "10m" })
+      const org = await createOrg(env, "Sleeper")
+      const svc = await startService(env)
+      const deployed = await fetchReply(`${svc.baseUrl}/v1/functions`, "POST", {
+        token: org.apiKey,
+        body: { name: "sleeper", code: "export default { async fetch() { for (;;) {} } }" }
+      })
+      expect(deployed.status, deployed.text).toBe(201)
+      const id = (deployed.body as { data: { id: string } }).data.id
+      void fetchReply(`${svc.baseUrl}/v1/functions/${id}/invoke`, "POST", { token: org.apiKey, body: {} }).catch(() => undefined)
+      let workerd: Array<number> = []
+      await waitUntil("the invocation's workerd process", () => {
+        workerd = childrenOf(svc.child.pid!).filter((pid) => cmdline(pid).includes("workerd"))
+        return workerd.length > 0
+      }, 30_000)
+      svc.child.kill("SIGTERM")
+      await svc.exited
+      expect(svc.stderr()).toContain("stopping took longer than SHUTDOWN_TIMEOUT")
+      // Gone with the service, not re-parented and spinning on.
+      await waitUntil("the workerd process to end", () => workerd.every((pid) => !isAlive(pid) || readFileSync(`/proc/${pid}/stat`, "utf8").includes(") Z ")), 5000)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+      await db.drop()
+    }
+  }, 300_000)
+
   it("npm start runs the server as npm's own child; SIGTERM to npm stops it with exit code 0", async () => {
     const db = await scratchDb()
     const dir = mkdtempSync(join(tmpdir(), "mailroom-life-"))

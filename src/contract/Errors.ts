@@ -50,6 +50,7 @@ export class InternalError extends Schema.TaggedError<InternalError>()("Internal
 export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()("ServiceUnavailable", fields) {}
 export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", fields) {}
 export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", fields) {}
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", fields) {}
 // --- Send and reply ---------------------------------------------------------------------------
 export class RecipientNotAllowed extends Schema.TaggedError<RecipientNotAllowed>()("RecipientNotAllowed", fields) {}
 export class CannotSendFromDomain extends Schema.TaggedError<CannotSendFromDomain>()("CannotSendFromDomain", fields) {}
@@ -102,6 +103,7 @@ export const ErrorTable = {
   ServiceUnavailable: { error: ServiceUnavailable, code: "service_unavailable", status: 503 },
   MethodNotAllowed: { error: MethodNotAllowed, code: "method_not_allowed", status: 405 },
   UnsupportedMediaType: { error: UnsupportedMediaType, code: "unsupported_media_type", status: 415 },
+  PayloadTooLarge: { error: PayloadTooLarge, code: "payload_too_large", status: 413 },
   RecipientNotAllowed: { error: RecipientNotAllowed, code: "recipient_not_allowed", status: 403 },
   CannotSendFromDomain: { error: CannotSendFromDomain, code: "cannot_send_from_domain", status: 403 },
   InboundNotRepliable: { error: InboundNotRepliable, code: "inbound_not_repliable", status: 422 },

@@ -7,7 +7,7 @@ import { Effect } from "effect"
 import { ValidationError } from "../contract/Errors.js"
 import { CODE_MAX_BYTES, MAX_SECRETS, SECRET_NAME, SECRET_VALUE_MAX_BYTES } from "./Api.js"
 import { FunctionsRepo } from "./Repo.js"
-import { FunctionRuntime } from "./Runtime.js"
+import { busyAsRateLimited, FunctionRuntime } from "./Runtime.js"
 import { RESERVED_BINDINGS } from "./Workerd.js"
 
 interface Issue {
@@ -55,6 +55,7 @@ export class FunctionDeployer extends Effect.Service<FunctionDeployer>()("mailro
 
     /** Fails with every problem of the input, then with workerd's message if the module does not load. */
     const check = (
+      orgId: string,
       code: string | undefined,
       secrets: Readonly<Record<string, string | null>> | undefined,
       kept: ReadonlyArray<string> = []
@@ -63,12 +64,12 @@ export class FunctionDeployer extends Effect.Service<FunctionDeployer>()("mailro
         const issues = inputIssues(code, secrets, kept)
         if (issues.length > 0) return yield* invalidFunction(issues)
         if (code === undefined) return
-        const problem = yield* runtime.validate(code)
+        const problem = yield* runtime.validate(orgId, code).pipe(Effect.catchTag("SlotsBusy", busyAsRateLimited))
         if (problem !== undefined) return yield* invalidFunction([{ field: "code", reason: problem }])
       })
 
     const create = (orgId: string, input: { name: string; code: string; secrets: Readonly<Record<string, string>> }) =>
-      Effect.zipRight(check(input.code, input.secrets), repo.insert(orgId, input))
+      Effect.zipRight(check(orgId, input.code, input.secrets), repo.insert(orgId, input))
 
     return { check, create } as const
   }),

@@ -21,6 +21,7 @@ import { RoutesService } from "../routes/Service.js"
 import { FunctionDeployer } from "./Deploy.js"
 import { FunctionInvoker } from "./Invoker.js"
 import { FunctionsRepo, toFunction, toFunctionWithCode, toInvocation } from "./Repo.js"
+import { busyAsRateLimited, QUEUE_TIMEOUT_MS } from "./Runtime.js"
 
 const RESPONSE_BODY_LIMIT = 2048
 
@@ -56,7 +57,7 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
           if (payload.endpoint === undefined && payload.route === undefined) return toFunction(yield* deployer.create(org, input))
           // With its endpoint (and route): all in one transaction, so a refused endpoint or route leaves no function.
           // Loading the module in workerd takes a process: before the transaction, not inside it.
-          yield* deployer.check(input.code, input.secrets)
+          yield* deployer.check(org, input.code, input.secrets)
           return yield* sql.withTransaction(Effect.gen(function*() {
             const fn = yield* repo.insert(org, input)
             const { row: endpoint } = yield* endpoints.create(org, {
@@ -85,7 +86,7 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
         Effect.gen(function*() {
           const org = yield* entitledOrg
           const current = yield* found(org, path.id)
-          yield* deployer.check(payload.code, payload.secrets, current.secret_names)
+          yield* deployer.check(org, payload.code, payload.secrets, current.secret_names)
           return toFunction(yield* repo.update(current, payload))
         }))
       .handle("remove", ({ path }) =>
@@ -122,8 +123,10 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
             event: eventType,
             deliveryId: null,
             signingSecrets: Option.getOrElse(signing, () => []),
-            attempt: 1
-          })
+            attempt: 1,
+            // The organization's slots busy for this long: 429 rather than an open request for minutes.
+            maxWaitMs: QUEUE_TIMEOUT_MS
+          }).pipe(Effect.catchTag("SlotsBusy", busyAsRateLimited))
           // Only a delivery passes `onStart`: an invoke always runs.
           const outcome = Option.getOrThrow(ran)
           return {

@@ -7,7 +7,7 @@ import { Clock, Effect, Option } from "effect"
 import { signatureHeaders } from "../webhooks/Signing.js"
 import type { ProcessResult } from "./Process.js"
 import { type FunctionRow, FunctionsRepo } from "./Repo.js"
-import { FunctionRuntime } from "./Runtime.js"
+import { FunctionRuntime, type SlotsBusy } from "./Runtime.js"
 
 export const CONFIRMATION_HEADER = "mailroom-confirmed"
 
@@ -28,6 +28,8 @@ export interface InvokeOptions {
   readonly attempt: number
   /** See RunInput.onStart. */
   readonly onStart?: Effect.Effect<boolean>
+  /** See RunInput.maxWaitMs. */
+  readonly maxWaitMs?: number | undefined
 }
 
 export type DeliverResult =
@@ -43,7 +45,7 @@ export class FunctionInvoker extends Effect.Service<FunctionInvoker>()("mailroom
     const runtime = yield* FunctionRuntime
 
     /** None when `onStart` cancelled it. */
-    const invoke = (fn: FunctionRow, o: InvokeOptions): Effect.Effect<Option.Option<InvocationOutcome>> =>
+    const invoke = (fn: FunctionRow, o: InvokeOptions): Effect.Effect<Option.Option<InvocationOutcome>, SlotsBusy> =>
       Effect.gen(function*() {
         const secrets = yield* repo.openSecrets(fn)
         const startedAt = new Date(yield* Clock.currentTimeMillis)
@@ -65,7 +67,8 @@ export class FunctionInvoker extends Effect.Service<FunctionInvoker>()("mailroom
           webhookSecret: o.signingSecrets[0] ?? "",
           body: o.payload,
           headers,
-          ...(o.onStart !== undefined ? { onStart: o.onStart } : {})
+          ...(o.onStart !== undefined ? { onStart: o.onStart } : {}),
+          ...(o.maxWaitMs !== undefined ? { maxWaitMs: o.maxWaitMs } : {})
         })
         if (Option.isNone(ran)) return Option.none()
         const result = ran.value
@@ -101,7 +104,8 @@ export class FunctionInvoker extends Effect.Service<FunctionInvoker>()("mailroom
       Effect.flatMap(repo.find(orgId, functionId), Option.match({
         onNone: (): Effect.Effect<DeliverResult> => Effect.succeed({ _tag: "missing" }),
         onSome: (fn): Effect.Effect<DeliverResult> =>
-          Effect.map(invoke(fn, o), Option.match({
+          // A delivery sets no bound on its wait, so it is never refused a slot.
+          Effect.map(Effect.orDie(invoke(fn, { ...o, maxWaitMs: undefined })), Option.match({
             onNone: (): DeliverResult => ({ _tag: "cancelled" }),
             onSome: (outcome): DeliverResult => ({ _tag: "ran", outcome })
           }))

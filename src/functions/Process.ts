@@ -7,6 +7,7 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs"
+import { setPriority } from "node:os"
 import { request } from "node:http"
 import { join } from "node:path"
 import { buildConfig, type ConfigInput, ERROR_HEADER, HEAP_LIMIT_MB, NONCE_ENV, secretEnvName, WEBHOOK_SECRET_ENV, workerdBinary } from "./Workerd.js"
@@ -74,6 +75,17 @@ export const killAll = () => {
   for (const child of live) child.kill("SIGKILL")
 }
 
+/**
+ * However this process ends (a shutdown cut short by SHUTDOWN_TIMEOUT exits with an /invoke still
+ * in flight), no workerd it started outlives it: killing is synchronous, so it works in `exit`.
+ */
+let killOnExit = false
+const ensureKilledOnExit = () => {
+  if (killOnExit) return
+  killOnExit = true
+  process.once("exit", killAll)
+}
+
 /** Resident set size of a process in bytes, or undefined once it is gone. */
 const rssOf = (pid: number): number | undefined => {
   try {
@@ -120,6 +132,7 @@ const spawnWorkerd = (input: Omit<ProcessInput, "body" | "headers" | "timeoutMs"
     env
   })
   live.add(child)
+  ensureKilledOnExit()
   const logs = new LogBuffer()
   let stderrText = ""
   child.stdout!.on("data", (d: Buffer) => logs.push(d))
@@ -294,6 +307,13 @@ export const validateModule = async (code: string, stateDir: string, timeoutMs: 
     serviceAddress: "127.0.0.1:9",
     serviceCredential: "validation"
   })
+  // A module whose top level never returns spins one core until the timeout: at the lowest CPU
+  // priority, so the service and everyone else's work come first.
+  if (s.child.pid !== undefined) {
+    try {
+      setPriority(s.child.pid, 19)
+    } catch { /* already gone */ }
+  }
   let timer: NodeJS.Timeout | undefined
   try {
     return await Promise.race([

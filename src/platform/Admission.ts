@@ -119,6 +119,10 @@ export class Admission extends Effect.Service<Admission>()("mailroom/Admission",
         } satisfies Admitted
       }).pipe(Effect.orDie)
 
-    return { admit } as const
+    /** The organization of a token resolved moments ago, without a round trip (None otherwise). */
+    const cachedOrg = (token: string) =>
+      Effect.map(Clock.currentTimeMillis, (now) => Option.map(credentials.cached(token, now), (p) => p.orgId))
+
+    return { admit, cachedOrg } as const
   })
 }) {}

@@ -98,6 +98,17 @@ const screen = (
     // The route is looked up only when it is needed (a NUL in the path, a body to screen).
     const routeOf = () => routes.match(method, path)
 
+    // A segment that is not percent-encoded UTF-8 names nothing (`/memories/%FF`): refused as input,
+    // not routed to a method that then looks missing.
+    const undecodable = path.split("/").find((seg) => {
+      try {
+        decodeURIComponent(seg)
+        return false
+      } catch {
+        return true
+      }
+    })
+    if (undecodable !== undefined) return Option.some(invalid("path", `${undecodable.slice(0, 60)} is not percent-encoded UTF-8`))
     const segment = nulSegment(path)
     if (segment !== undefined) {
       const raw = path.split("/")[segment] ?? ""

@@ -31,6 +31,23 @@ export const serveApi = Effect.gen(function*() {
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
 )
 
+/**
+ * Idle keep-alive connections are kept 65 s (Node's default is 5 s). A client reuses an idle
+ * connection until its own idle limit, computed from the `Keep-Alive: timeout=` this server
+ * advertises minus a margin and checked on a coarse timer; a process stalled past the server's
+ * deadline (a loaded machine) sends its next request on a connection the server is closing that
+ * instant, and that request fails at the transport level ("fetch failed"). With 65 s that race
+ * needs a connection idle for a minute, and a load balancer's usual 60 s idle limit ends first.
+ */
+export const KEEP_ALIVE_TIMEOUT_MS = 65_000
+const keepAliveServer = () => {
+  const server = createServer()
+  server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
+  // Must outlast the keep-alive timeout, or an idle connection's next request is timed out early.
+  server.headersTimeout = KEEP_ALIVE_TIMEOUT_MS + 1000
+  return server
+}
+
 /** Binds a served app (with every route and handler provided) to `HOST:PORT`. */
 export const onNodeHttpServer = <A, E, R>(served: Layer.Layer<A, E, R>) =>
   Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
@@ -38,6 +55,6 @@ export const onNodeHttpServer = <A, E, R>(served: Layer.Layer<A, E, R>) =>
       HttpServer.withLogAddress,
       // The request span's attributes (URL, every header) are computed even for a no-op span.
       HttpMiddleware.withTracerDisabledWhen(() => true),
-      Layer.provide(NodeHttpServer.layer(createServer, { port: config.port, host: config.host }))
+      Layer.provide(NodeHttpServer.layer(keepAliveServer, { port: config.port, host: config.host }))
     )
   ))

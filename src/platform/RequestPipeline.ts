@@ -1,6 +1,7 @@
 /**
  * The outermost layer of every HTTP request: request id and access log, the client address
- * (`TRUSTED_PROXIES`), load shedding past `MAX_INFLIGHT_REQUESTS` (503 with Retry-After), the
+ * (`TRUSTED_PROXIES`), load shedding past `MAX_INFLIGHT_REQUESTS` (503 with Retry-After; the health
+ * probe answers 503 then too), one caller's share of that cap (a quarter: 429 with Retry-After), the
  * organization-wide rate limit (120 per 60 s sliding window per organization, per client address
  * without a valid credential) and POST idempotency (a key derived from the body only for POSTs that
  * create something; actions run every time unless the caller sends a key). It runs before routing,
@@ -9,9 +10,9 @@
  */
 import { HttpApp, HttpIncomingMessage, type HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { ResponseError } from "@effect/platform/HttpServerError"
-import { Cause, Effect, FiberRef, LogLevel, Option } from "effect"
+import { Cause, Effect, FiberRef, LogLevel, Option, Stream } from "effect"
 import type { BlockList } from "node:net"
-import { Conflict, envelopeOf, RateLimited, ServiceUnavailable, ValidationError } from "../contract/Errors.js"
+import { Conflict, envelopeOf, PayloadTooLarge, RateLimited, ServiceUnavailable, ValidationError } from "../contract/Errors.js"
 import type { Principal } from "../contract/Security.js"
 import { bearerToken } from "./Authentication.js"
 import { Admission } from "./Admission.js"
@@ -51,6 +52,24 @@ const SENDS = /^\/v1\/(send-mail|emails\/[^/]+\/reply)$/
 /** The MCP endpoint carries what the operations its tools call carry (sends, function code). */
 const bodyLimitOf = (path: string) =>
   path.startsWith("/v1/functions") ? FUNCTIONS_MAX_BODY_BYTES : SENDS.test(path) || path === "/mcp" ? SEND_MAX_BODY_BYTES : MAX_BODY_BYTES
+
+/**
+ * A declared body past the limit is read and discarded up to this many bytes, then answered 413 on
+ * a connection that stays usable; a larger one is answered at once and the connection closed.
+ */
+const DRAIN_MAX_BYTES = 64 * 1024 * 1024
+
+const tooLarge = (limit: number, close: boolean) =>
+  json(
+    envelopeOf(
+      new PayloadTooLarge({
+        message: `body: larger than the ${limit} bytes this operation reads`,
+        details: { limit_bytes: limit }
+      })
+    ),
+    413,
+    close ? { connection: "close" } : {}
+  )
 
 const json = (body: unknown, status: number, headers: Record<string, string>) =>
   HttpServerResponse.unsafeJson(body, { status, headers })
@@ -110,6 +129,37 @@ const isShedExempt = (path: string) => path === "/v1/health"
 /** Seconds a shed client is asked to wait: the overload is a queue of requests lasting well under that. */
 const SHED_RETRY_AFTER_SECONDS = 1
 
+/**
+ * Requests one caller (an organization, or a client address without a valid credential) may have
+ * in progress at once: a quarter of the cap, so one caller never holds the whole process.
+ */
+export const callerShareOf = (maxInflight: number) => Math.max(1, Math.floor(maxInflight / 4))
+
+const overShare = (share: number) =>
+  json(
+    envelopeOf(
+      new RateLimited({
+        message: `at most ${share} requests of one organization (or client address) are worked on at once; retry in ${SHED_RETRY_AFTER_SECONDS} s`,
+        details: { limit: share, retry_after: SHED_RETRY_AFTER_SECONDS }
+      })
+    ),
+    429,
+    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
+  )
+
+/** The health probe while no request is admitted: the instance is full, a balancer should look elsewhere. */
+const unhealthy = (maxInflight: number) =>
+  json(
+    envelopeOf(
+      new ServiceUnavailable({
+        message: `the service admits no request now (${maxInflight} in progress)`,
+        details: { retry_after: SHED_RETRY_AFTER_SECONDS, inflight: maxInflight }
+      })
+    ),
+    503,
+    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
+  )
+
 const shed = (maxInflight: number) =>
   json(
     envelopeOf(
@@ -130,6 +180,14 @@ export const requestPipeline = (
   // event loop is single-threaded, and past the cap a request costs almost nothing to refuse, so
   // the ones accepted keep their latency and nothing is left queued when the load drops.
   let inflight = 0
+  const share = callerShareOf(options.maxInflight)
+  /** Requests in progress per caller (see `callerShareOf`); a caller with none has no entry. */
+  const byCaller = new Map<string, number>()
+  const release = (caller: string) => {
+    const left = (byCaller.get(caller) ?? 1) - 1
+    if (left <= 0) byCaller.delete(caller)
+    else byCaller.set(caller, left)
+  }
   return Effect.gen(function*() {
     const original = yield* HttpServerRequest.HttpServerRequest
     const requestId = `req_${randomToken(20)}`
@@ -142,6 +200,9 @@ export const requestPipeline = (
 
     // `x-request-id` is set on the final response itself (below), whatever produced it.
     const counted = options.maxInflight > 0 && !isShedExempt(path)
+    if (!counted && options.maxInflight > 0 && inflight >= options.maxInflight) {
+      return withRequestId(yield* finalize(request, unhealthy(options.maxInflight)), requestId)
+    }
     if (counted && inflight >= options.maxInflight) {
       const final = withRequestId(yield* finalize(request, shed(options.maxInflight)), requestId)
       yield* Effect.logWarning(`${method} ${path} 503 shed`).pipe(
@@ -149,14 +210,40 @@ export const requestPipeline = (
       )
       return final
     }
+    // The caller whose share this request holds, once known.
+    let heldBy: string | undefined
     const run: Effect.Effect<
       HttpServerResponse.HttpServerResponse,
       unknown,
       Services | Admission | Idempotency
     > = Effect.gen(function*() {
-      if (isExempt(method, path)) return yield* app
+      // A body declared larger than the operation reads is refused before anything else. Reading it
+      // to its end first (discarding it) keeps the connection usable: a server that answers and
+      // closes while the client is still sending makes the client's next read a reset instead of this answer.
+      const declared = Number(request.headers["content-length"] ?? 0)
+      const limit = bodyLimitOf(path)
+      if (declared > limit) {
+        if (declared > DRAIN_MAX_BYTES) return tooLarge(limit, true)
+        const drained = yield* Stream.runDrain(original.stream).pipe(Effect.either)
+        return tooLarge(limit, drained._tag === "Left")
+      }
+      // The caller's share: false when it already has its quarter of the process in progress.
+      const hold = (caller: string) =>
+        Effect.sync(() => {
+          if (!counted) return true
+          const n = byCaller.get(caller) ?? 0
+          if (n >= share) return false
+          byCaller.set(caller, n + 1)
+          heldBy = caller
+          return true
+        })
+      if (isExempt(method, path)) {
+        if (!(yield* hold(`ip:${client}`))) return overShare(share)
+        return yield* app
+      }
 
       if (isDemo(path)) {
+        if (!(yield* hold(`ip:${client}`))) return overShare(share)
         const demo = yield* (yield* Admission).admit(Option.none(), "demo:", `demo:ip:${client}`, DEMO_RATE_LIMIT)
         if (!demo.decision.allowed) return limited(demo.decision)
         yield* withLimitHeaders(demo.decision)
@@ -172,6 +259,10 @@ export const requestPipeline = (
       // count the request, in one statement.
       const token = bearerToken(request.headers["authorization"])
       const admission = yield* Admission
+      // A credential seen moments ago claims its organization's share before the round trip, so a
+      // flood is refused at once and never fills the process while it waits for admission.
+      const early = Option.isSome(token) ? yield* admission.cachedOrg(token.value) : Option.none<string>()
+      if (Option.isSome(early) && !(yield* hold(`org:${early.value}`))) return overShare(share)
       const admitted = yield* admission.admit(token, "api:org:", `api:ip:${client}`, API_RATE_LIMIT)
       if (Option.isSome(admitted.principal)) yield* FiberRef.set(ResolvedPrincipal, admitted.principal)
       const principal: Option.Option<Principal> = Option.flatten(admitted.principal)
@@ -179,6 +270,11 @@ export const requestPipeline = (
       const decision = admitted.decision
       if (!decision.allowed) return limited(decision)
       yield* withLimitHeaders(decision)
+      if (heldBy !== scope) {
+        if (heldBy !== undefined) release(heldBy)
+        heldBy = undefined
+        if (!(yield* hold(scope))) return overShare(share)
+      }
 
       if (method !== "POST" || !path.startsWith("/v1/")) return yield* app
       // A derived key stands for "this caller sent this body": it is scoped to the credential, so two
@@ -211,6 +307,7 @@ export const requestPipeline = (
       ),
       Effect.ensuring(Effect.sync(() => {
         if (counted) inflight--
+        if (heldBy !== undefined) release(heldBy)
       }))
     )
     const final = withRequestId(yield* finalize(request, response), requestId)
@@ -220,11 +317,7 @@ export const requestPipeline = (
         Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
       )
     }
-    // A body over the limit is answered without being read to its end: the rest of it is still on
-    // the connection, so the client must not send its next request there (found by the fuzz: the
-    // next POST on a reused keep-alive socket failed).
-    const declared = Number(request.headers["content-length"] ?? 0)
-    return declared > bodyLimitOf(path) ? HttpServerResponse.setHeader(final, "connection", "close") : final
+    return final
   })
 }
 

@@ -66,7 +66,7 @@ export const TemplatesHttpLive = HttpApiBuilder.group(MailroomApi, "templates", 
             })))
           }
           // Loading the module in workerd takes a process: before the transaction, not inside it.
-          yield* deployer.check(t.code, secrets)
+          yield* deployer.check(orgId, t.code, secrets)
           return yield* sql.withTransaction(Effect.gen(function*() {
             const fn = yield* functions.insert(orgId, { name: payload.name ?? t.slug, code: t.code, secrets })
             const { row: endpoint } = yield* endpoints.create(orgId, {

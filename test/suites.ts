@@ -18,5 +18,6 @@ export const HEAVY_SUITES = [
   "test/sending-cli.test.ts",
   "test/search-cli.test.ts",
   "test/client-package.test.ts",
-  "test/payments-policy.test.ts"
+  "test/payments-policy.test.ts",
+  "test/fairness.test.ts"
 ]

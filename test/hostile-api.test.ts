@@ -166,6 +166,10 @@ const paramOperations = (): Array<ParamOperation> => {
   HttpApi.reflect(MailroomApi, {
     onGroup: () => {},
     onEndpoint: ({ endpoint }) => {
+      // GET /events is a Server-Sent Events stream (it never ends) and GET /emails/wait a long poll
+      // (up to its timeout_seconds): a reply would not be read whole in time; their parameters are
+      // exercised by test/events.test.ts and by wait_for_email in test/mcp.test.ts.
+      if (endpoint.method === "GET" && /\/(events|emails\/wait)$/.test(endpoint.path)) return
       out.push({ method: endpoint.method, path: endpoint.path, query: fieldNames(endpoint.urlParamsSchema) })
     }
   })

@@ -89,7 +89,8 @@ const declare = (op: Operation & { responses: Record<string, Response> }, status
  * they can reach (test/support/http.ts fails a test on any answer its operation does not declare):
  * - 503 `service_unavailable` on every operation (load shedding past MAX_INFLIGHT_REQUESTS, and the
  *   health check while the process admits nothing);
- * - 415 `unsupported_media_type` on every operation that reads a body;
+ * - 415 `unsupported_media_type` and 413 `payload_too_large` (a body past the operation's limit) on
+ *   every operation that reads a body;
  * - 409 `conflict` on every POST (an Idempotency-Key still running, reused with another body, or
  *   replayed to a caller without a credential when its result carried one);
  * - 200 beside 201 on `POST /endpoints` (a function's existing endpoint is returned).
@@ -102,12 +103,18 @@ const declarePipelineStatuses = (spec: OpenApiDocument): OpenApiDocument => {
   if (like !== undefined && schemas["UnsupportedMediaTypeError"] === undefined) {
     schemas["UnsupportedMediaTypeError"] = envelopeComponent("unsupported_media_type", like)
   }
+  if (like !== undefined && schemas["PayloadTooLargeError"] === undefined) {
+    schemas["PayloadTooLargeError"] = envelopeComponent("payload_too_large", like)
+  }
   for (const [path, item] of Object.entries(spec.paths ?? {})) {
     for (const [method, raw] of Object.entries(item)) {
       const op = raw as Operation & { responses: Record<string, Response>; requestBody?: unknown }
       if (op.responses === undefined) continue
       declare(op, "503", "ServiceUnavailableError", "service_unavailable")
-      if (op.requestBody !== undefined) declare(op, "415", "UnsupportedMediaTypeError", "unsupported_media_type")
+      if (op.requestBody !== undefined) {
+        declare(op, "415", "UnsupportedMediaTypeError", "unsupported_media_type")
+        declare(op, "413", "PayloadTooLargeError", "payload_too_large")
+      }
       if (method === "post") declare(op, "409", "ConflictError", "conflict")
       if (method === "post" && path === "/v1/endpoints" && op.responses["201"] !== undefined && op.responses["200"] === undefined) {
         op.responses["200"] = { ...op.responses["201"], description: "a function's existing endpoint (not created again)" }

@@ -55,6 +55,75 @@ const dropBuiltinDecodeError = (spec: OpenApiDocument): OpenApiDocument => {
   return stripAnyIds(spec) as OpenApiDocument
 }
 
+type Response = { description?: string; content?: Record<string, MediaType> }
+
+/** An error envelope component like the derived ones, for a code no endpoint declares itself. */
+const envelopeComponent = (code: string, like: unknown): unknown => {
+  const copy = JSON.parse(JSON.stringify(like)) as {
+    description?: string
+    properties: { error: { properties: { code: { enum: Array<string> } } } }
+  }
+  copy.properties.error.properties.code.enum = [code]
+  copy.description = code
+  return copy
+}
+
+/** Adds an error envelope to an operation's answer for `status` (beside what is declared there). */
+const declare = (op: Operation & { responses: Record<string, Response> }, status: string, component: string, code: string) => {
+  const ref = { $ref: `#/components/schemas/${component}` }
+  const existing = op.responses[status]
+  if (existing === undefined) {
+    op.responses[status] = { description: code, content: { "application/json": { schema: ref } } }
+    return
+  }
+  const media = existing.content?.["application/json"]
+  if (media?.schema === undefined) return
+  const refs = "anyOf" in media.schema && Array.isArray(media.schema.anyOf) ? media.schema.anyOf : [media.schema as SchemaRef]
+  if (refs.some((r) => r.$ref === ref.$ref)) return
+  media.schema = { anyOf: [...refs, ref] }
+  existing.description = `${existing.description ?? ""}, ${code}`
+}
+
+/**
+ * Statuses the request pipeline answers before or around any handler, declared on the operations
+ * they can reach (test/support/http.ts fails a test on any answer its operation does not declare):
+ * - 503 `service_unavailable` on every operation (load shedding past MAX_INFLIGHT_REQUESTS, and the
+ *   health check while the process admits nothing);
+ * - 415 `unsupported_media_type` and 413 `payload_too_large` (a body past the operation's limit) on
+ *   every operation that reads a body;
+ * - 409 `conflict` on every POST (an Idempotency-Key still running, reused with another body, or
+ *   replayed to a caller without a credential when its result carried one);
+ * - 200 beside 201 on `POST /endpoints` (a function's existing endpoint is returned).
+ * A known path with a method it does not have is 405 `method_not_allowed` with `Allow` (no
+ * operation to declare it on: see the document's description); an unknown path is 404.
+ */
+const declarePipelineStatuses = (spec: OpenApiDocument): OpenApiDocument => {
+  const schemas = spec.components?.schemas ?? {}
+  const like = schemas["ConflictError"]
+  if (like !== undefined && schemas["UnsupportedMediaTypeError"] === undefined) {
+    schemas["UnsupportedMediaTypeError"] = envelopeComponent("unsupported_media_type", like)
+  }
+  if (like !== undefined && schemas["PayloadTooLargeError"] === undefined) {
+    schemas["PayloadTooLargeError"] = envelopeComponent("payload_too_large", like)
+  }
+  for (const [path, item] of Object.entries(spec.paths ?? {})) {
+    for (const [method, raw] of Object.entries(item)) {
+      const op = raw as Operation & { responses: Record<string, Response>; requestBody?: unknown }
+      if (op.responses === undefined) continue
+      declare(op, "503", "ServiceUnavailableError", "service_unavailable")
+      if (op.requestBody !== undefined) {
+        declare(op, "415", "UnsupportedMediaTypeError", "unsupported_media_type")
+        declare(op, "413", "PayloadTooLargeError", "payload_too_large")
+      }
+      if (method === "post") declare(op, "409", "ConflictError", "conflict")
+      if (method === "post" && path === "/v1/endpoints" && op.responses["201"] !== undefined && op.responses["200"] === undefined) {
+        op.responses["200"] = { ...op.responses["201"], description: "a function's existing endpoint (not created again)" }
+      }
+    }
+  }
+  return spec
+}
+
 /** OpenAPI 3.1 `webhooks`: every event payload, from the schemas the sender encodes with. */
 const withWebhooks = (spec: OpenApiDocument): OpenApiDocument => {
   const { schemas, webhooks } = webhooksSection()
@@ -108,7 +177,10 @@ export class MailroomApi extends HttpApi.make("mailroom")
     "Email infrastructure for AI agents. Every success is `{success:true,data,meta?}`; every error is " +
       "`{success:false,error:{code,message,details?,gates?}}`: branch on `code`. Authenticate with " +
       "`Authorization: Bearer <credential>` (API key `mr_live_…` or OAuth access token `mr_at_…`); " +
-      "see /auth.md. Every POST accepts `Idempotency-Key`. Responses carry `ratelimit-*` headers."
+      "see /auth.md. Every POST accepts `Idempotency-Key`. Responses carry `ratelimit-*` headers. Every operation " +
+      "may answer 429 `rate_limited` and 503 `service_unavailable` (at capacity; `Retry-After`); one that reads a body " +
+      "415 `unsupported_media_type` for another Content-Type; a known path called with a method it does not have " +
+      "answers 405 `method_not_allowed` with `Allow`."
   )
-  .annotate(OpenApi.Transform, (spec) => withWebhooks(dropBuiltinDecodeError(spec)))
+  .annotate(OpenApi.Transform, (spec) => withWebhooks(declarePipelineStatuses(dropBuiltinDecodeError(spec))))
 {}

@@ -61,10 +61,30 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })(
           expect(result.valid).toBe(true)
           // Operations name their error responses; the built-in decode error is replaced by ours.
           const account = r.body.paths["/v1/account"].get
-          expect(Object.keys(account.responses).sort()).toEqual(["200", "400", "401", "404", "429", "500"])
+          expect(Object.keys(account.responses).sort()).toEqual(["200", "400", "401", "404", "429", "500", "503"])
           expect(account.security).toEqual([{ bearer: [] }])
           expect(JSON.stringify(r.body)).not.toContain("HttpApiDecodeError")
           expect(r.body.components.schemas.NotFoundError.properties.error.properties.code.enum).toEqual(["not_found"])
+          // What the request pipeline answers around every handler is declared on the operations it reaches
+          // (and test/support/http.ts fails any test that sees an undeclared status).
+          for (const [path, item] of Object.entries(r.body.paths as Record<string, Record<string, { responses: object; requestBody?: unknown }>>)) {
+            for (const [method, op] of Object.entries(item)) {
+              const statuses = Object.keys(op.responses)
+              expect(statuses, `${method} ${path}`).toEqual(expect.arrayContaining(["400", "429", "500", "503"]))
+              if (op.requestBody !== undefined) expect(statuses, `${method} ${path}`).toEqual(expect.arrayContaining(["413", "415"]))
+              if (method === "post") expect(statuses, `${method} ${path}`).toContain("409")
+            }
+          }
+          expect(Object.keys(r.body.paths["/v1/endpoints"].post.responses)).toEqual(expect.arrayContaining(["200", "201"]))
+          expect(Object.keys(r.body.paths["/v1/agent/accounts"].post.responses)).toContain("409")
+          expect(r.body.components.schemas.UnsupportedMediaTypeError.properties.error.properties.code.enum).toEqual(["unsupported_media_type"])
+          // A path parameter past the router's limit is the request's fault (400), not a missing method (405).
+          const long = yield* call("GET", `/v1/domains/${"a".repeat(5000)}`)
+          expect(long.status).toBe(400)
+          expect(long.body.error.code).toBe("validation_error")
+          const wrongMethod = yield* call("PUT", "/v1/health")
+          expect(wrongMethod.status).toBe(405)
+          expect(wrongMethod.headers.get("allow")).toBe("GET")
         }))
 
       it.effect("serves docs, auth.md and protected-resource metadata", () =>

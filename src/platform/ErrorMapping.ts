@@ -5,7 +5,8 @@
  * - decode failures of body, path, query and headers → 400 `validation_error` listing
  *   `<field>: <reason>` for each rejected field;
  * - malformed JSON (a defect inside HttpApiBuilder) → 400 `validation_error`;
- * - a known path with another method → 405 `method_not_allowed` with `Allow`; unknown routes → 404 `not_found`;
+ * - a known path with another method → 405 `method_not_allowed` with `Allow` (with its own method, the router
+ *   refused a path parameter past its length limit: 400 `validation_error`); unknown routes → 404 `not_found`;
  * - anything unexpected → 500 `internal_error`, logged with the request id, never a stack in the body.
  */
 import { type HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
@@ -183,7 +184,18 @@ export const apiMiddleware = (routes: RouteTable) => <E, R>(app: HttpApp.Default
           const request = yield* HttpServerRequest.HttpServerRequest
           const path = pathOf(request.url)
           const allow = routes.allowed(path)
-          if (allow.length > 0) return allowedResponse(request.method.toUpperCase(), path, allow)
+          const method = request.method.toUpperCase()
+          // The path and method name an operation, yet the router refused it: a path parameter past
+          // the router's length limit. That is the request's fault, not a method the path lacks.
+          if (allow.includes(method) || (method === "HEAD" && allow.includes("GET"))) {
+            return yield* Effect.fail(
+              new ValidationError({
+                message: "path: a path parameter is too long",
+                details: { issues: [{ field: "path", reason: "a path parameter is too long" }] }
+              })
+            )
+          }
+          if (allow.length > 0) return allowedResponse(method, path, allow)
           return HttpServerResponse.unsafeJson(
             envelopeOf(new NotFound({ message: "no such route; see /v1/openapi.json for the operations" })),
             { status: 404 }

@@ -1,5 +1,6 @@
 /** Plain HTTP calls to a test server, as an outside client makes them. */
 import { Effect } from "effect"
+import { checkDeclared } from "./declaredStatuses.js"
 import { TestServer } from "./harness.js"
 
 export type JsonBody = ReturnType<typeof JSON.parse>
@@ -29,6 +30,7 @@ export const fetchReply = async (url: string, method: string, options: CallOptio
   if (options.token !== undefined) headers["authorization"] = `Bearer ${options.token}`
   const res = await fetch(url, { method, headers, ...(body !== undefined ? { body } : {}), redirect: "manual" })
   const text = await res.text()
+  checkDeclared(method, url, res.status)
   let parsed: unknown = undefined
   try {
     parsed = text.length > 0 ? JSON.parse(text) : undefined

@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "no
 import { setPriority } from "node:os"
 import { request } from "node:http"
 import { join } from "node:path"
-import { buildConfig, type ConfigInput, ERROR_HEADER, HEAP_LIMIT_MB, NONCE_ENV, secretEnvName, WEBHOOK_SECRET_ENV, workerdBinary } from "./Workerd.js"
+import { buildConfig, type ConfigInput, ERROR_HEADER, HEAP_LIMIT_MB, NONCE_HEADER, secretEnvName, WEBHOOK_SECRET_ENV, workerdBinary } from "./Workerd.js"
 
 /** Console output kept per invocation; the rest is cut with a marker. */
 export const LOG_LIMIT_BYTES = 16 * 1024
@@ -123,7 +123,7 @@ const spawnWorkerd = (input: Omit<ProcessInput, "body" | "headers" | "timeoutMs"
   writeFileSync(configPath, buildConfig({ ...input, secretNames, invokeSocket: socket }), { mode: 0o600 })
   const nonce = randomNonce()
   // Only what the bindings read: secrets stay off disk and out of every other process's view.
-  const env: Record<string, string> = { [WEBHOOK_SECRET_ENV]: input.webhookSecret, [NONCE_ENV]: nonce }
+  const env: Record<string, string> = { [WEBHOOK_SECRET_ENV]: input.webhookSecret }
   secretNames.forEach((name, i) => {
     env[secretEnvName(i)] = input.secrets[name]!
   })
@@ -251,7 +251,7 @@ export const runProcess = async (input: ProcessInput): Promise<ProcessResult> =>
     if (startup instanceof Error) {
       return { ...base, outcome: "function_crashed", logs: s.logs.text(), error: `the module failed to load: ${startup.message}`, durationMs: elapsed() }
     }
-    const answer = await post(s.socket, input.body, input.headers, deadline).then(
+    const answer = await post(s.socket, input.body, { ...input.headers, [NONCE_HEADER]: s.nonce }, deadline).then(
       (r) => ({ _tag: "ok" as const, r }),
       (e: Error) => ({ _tag: "failed" as const, e })
     )

@@ -23,10 +23,12 @@ export const RESERVED_BINDINGS = ["MAILROOM", "MAILROOM_WEBHOOK_SECRET", "SERVIC
 
 /** The response header the entry module sets (with this invocation's nonce) on an uncaught exception. */
 export const ERROR_HEADER = "x-mailroom-function-error"
+/** The request header carrying that nonce to the entry module (removed before the tenant sees the request). */
+export const NONCE_HEADER = "x-mailroom-invocation-nonce"
 
 /**
  * The entry module: loads the tenant's module (a module without a default `fetch` fails to load,
- * so deployment rejects it), hands it an `env` without the internal bindings, answers an uncaught
+ * so deployment rejects it), hands it an `env` whose MAILROOM accepts paths, answers an uncaught
  * exception with a response marked by a nonce the tenant never sees, and holds the response until
  * every `waitUntil` promise has settled, so the host's wall clock covers that work too.
  * `MAILROOM.fetch` accepts paths (`/v1/…`) and reaches only `/v1`.
@@ -36,14 +38,17 @@ const handler = tenant.default;
 if (handler === null || (typeof handler !== "object" && typeof handler !== "function") || typeof handler.fetch !== "function") {
   throw new Error("the module's default export has no fetch(request, env) method");
 }
-const INTERNAL = new Set(["mailroom_service", "mailroom_nonce"]);
 const BASE = "https://mailroom.internal/";
+const NONCE = "${NONCE_HEADER}";
 export default {
   async fetch(request, env, ctx) {
-    const nonce = env.mailroom_nonce;
-    const service = env.mailroom_service;
-    const tenantEnv = {};
-    for (const k of Object.keys(env)) if (!INTERNAL.has(k)) tenantEnv[k] = env[k];
+    // The nonce arrives with the event and never reaches the tenant: its request is a copy without it.
+    const nonce = request.headers.get(NONCE);
+    const headers = new Headers(request.headers);
+    headers.delete(NONCE);
+    const event = new Request(request, { headers });
+    const service = env.MAILROOM;
+    const tenantEnv = { ...env };
     tenantEnv.MAILROOM = Object.freeze({
       fetch(input, init) {
         const req = input instanceof Request ? new Request(new URL(new URL(input.url).pathname + new URL(input.url).search, BASE), input) : new Request(new URL(String(input), BASE), init);
@@ -64,7 +69,7 @@ export default {
     };
     let response;
     try {
-      response = await handler.fetch(request, tenantEnv, wrappedCtx);
+      response = await handler.fetch(event, tenantEnv, wrappedCtx);
       if (!(response instanceof Response)) throw new TypeError("fetch() must return a Response, got " + (response === null ? "null" : typeof response));
     } catch (e) {
       const text = e && e.stack ? String(e.stack) : String(e);
@@ -72,6 +77,24 @@ export default {
     }
     while (pending.size > 0) await Promise.all([...pending]);
     return response;
+  }
+};
+`
+
+/**
+ * The MAILROOM binding's own worker, between every function and the service: only /v1 goes
+ * through (the URL as workerd normalized it: dot segments, encoded or not, are resolved first). A
+ * function that reaches the raw binding (import { env } from "cloudflare:workers") meets it too.
+ */
+const GATE_SOURCE = `export default {
+  async fetch(request, env) {
+    const path = new URL(request.url).pathname;
+    if (path !== "/v1" && !path.startsWith("/v1/")) {
+      return new Response(JSON.stringify({ success: false, error: { code: "not_found", message: "MAILROOM reaches only /v1 paths" } }), {
+        status: 404, headers: { "content-type": "application/json" }
+      });
+    }
+    return env.upstream.fetch(request);
   }
 };
 `
@@ -106,7 +129,6 @@ export interface ConfigInput {
 
 export const secretEnvName = (i: number) => `FN_SECRET_${i}`
 export const WEBHOOK_SECRET_ENV = "FN_WEBHOOK_SECRET"
-export const NONCE_ENV = "FN_NONCE"
 
 const header = (name: string, value: string) => `(name = ${capnpString(name)}, value = ${capnpString(value)})`
 
@@ -121,10 +143,10 @@ export const buildConfig = (c: ConfigInput): string => {
     ...c.secretNames.map((name, i) => `(name = ${capnpString(name)}, fromEnvironment = ${capnpString(secretEnvName(i))})`),
     `(name = "MAILROOM_WEBHOOK_SECRET", fromEnvironment = ${capnpString(WEBHOOK_SECRET_ENV)})`,
     `(name = "SERVICE_WEBHOOK_SECRET", fromEnvironment = ${capnpString(WEBHOOK_SECRET_ENV)})`,
-    `(name = "mailroom_nonce", fromEnvironment = ${capnpString(NONCE_ENV)})`,
     `(name = "MEMORY", kvNamespace = "kv-function")`,
     `(name = "ORG_MEMORY", kvNamespace = "kv-org")`,
-    `(name = "mailroom_service", service = "mailroom")`
+    // Nothing internal is bound to the tenant's worker: everything in its env is meant for it.
+    `(name = "MAILROOM", service = "mailroom-gate")`
   ]
   const kv = (name: string, scope: string) =>
     `(name = "${name}", external = (address = ${capnpString(`unix:${c.memorySocket}`)}, http = (injectRequestHeaders = [` +
@@ -145,6 +167,11 @@ const config :Workerd.Config = (
       ? `allow = ["public", "private", "local"], deny = ["unix", "unix-abstract"]`
       : `allow = ["public"], deny = ["local", "private", "unix", "unix-abstract"]`},
       tlsOptions = (trustBrowserCas = true))),
+    (name = "mailroom-gate", worker = (
+      modules = [(name = "gate.js", esModule = ${capnpString(GATE_SOURCE)})],
+      compatibilityDate = ${capnpString(COMPATIBILITY_DATE)},
+      bindings = [(name = "upstream", service = "mailroom")]
+    )),
     ${kv("kv-function", "function")},
     ${kv("kv-org", "org")},
     (name = "mailroom", external = (address = ${capnpString(c.serviceAddress)}, http = (injectRequestHeaders = [` +

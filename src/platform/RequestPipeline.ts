@@ -21,7 +21,7 @@ import { internalErrorResponse } from "./ErrorMapping.js"
 import { bodyHash, type CreatesResource, Idempotency, type KeyRef, type StoredResponse } from "./Idempotency.js"
 import { type Decision, rateLimitHeaders } from "./RateLimiter.js"
 import { pathOf, RequestId, ResolvedPrincipal } from "./RequestContext.js"
-import { randomToken } from "./Secrets.js"
+import { PREFIX, randomToken } from "./Secrets.js"
 
 export const API_RATE_LIMIT = { limit: 120, windowSeconds: 60 } as const
 
@@ -194,8 +194,16 @@ export const requestPipeline = (
     const started = Date.now()
     const path = pathOf(original.url)
     const method = original.method.toUpperCase()
-    // Everything downstream (limiters, idempotency scope, handlers) sees the client's address.
-    const client = clientAddress(Option.getOrUndefined(original.remoteAddress), original.headers, options.trustedProxies)
+    // Everything downstream (limiters, idempotency scope, handlers) sees the client's address. A
+    // request a function makes through its MAILROOM binding (its credential, which workerd sets
+    // itself) is the organization's own: whatever forwarded headers the function wrote are ignored,
+    // so per-address limits cannot be spoofed from inside a function whatever TRUSTED_PROXIES says.
+    const fromFunction = (original.headers["authorization"] ?? "").startsWith(`Bearer ${PREFIX.functionToken}`)
+    const client = clientAddress(
+      Option.getOrUndefined(original.remoteAddress),
+      original.headers,
+      fromFunction ? undefined : options.trustedProxies
+    )
     const request = original.modify({ remoteAddress: client })
 
     // `x-request-id` is set on the final response itself (below), whatever produced it.

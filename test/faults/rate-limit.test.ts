@@ -57,7 +57,12 @@ describe("rate limit and idempotency across processes", () => {
         fetchReply(`${via(i)}/v1/endpoints`, "POST", { token: racer!.apiKey, body, headers })))
       const created = replies.filter((r) => r.status === 201)
       const inProgress = replies.filter((r) => r.status === 409)
-      expect(created.length + inProgress.length, JSON.stringify(replies.filter((r) => r.status !== 409).map((r) => [r.status, r.text]))).toBe(100)
+      // One organization holds at most a quarter of a process's requests at once: past that, 429 at once.
+      const overShare = replies.filter((r) => r.status === 429)
+      for (const r of overShare) expect(r.body.error.code).toBe("rate_limited")
+      expect(created.length + inProgress.length + overShare.length,
+        JSON.stringify(replies.filter((r) => r.status !== 409 && r.status !== 429).map((r) => [r.status, r.text]))).toBe(100)
+      expect(created.length).toBeGreaterThanOrEqual(1)
       expect(new Set(created.map((r) => r.body.data.id)).size).toBe(1)
       expect(created.filter((r) => r.headers.get("idempotent-replayed") !== "true").length).toBe(1)
       for (const r of inProgress) expect(r.body.error.code).toBe("conflict")

@@ -89,8 +89,8 @@ const declare = (op: Operation & { responses: Record<string, Response> }, status
  * they can reach (test/support/http.ts fails a test on any answer its operation does not declare):
  * - 503 `service_unavailable` on every operation (load shedding past MAX_INFLIGHT_REQUESTS, and the
  *   health check while the process admits nothing);
- * - 415 `unsupported_media_type` and 413 `payload_too_large` (a body past the operation's limit) on
- *   every operation that reads a body;
+ * - 415 `unsupported_media_type` on every operation that reads a body, and 413 `payload_too_large`
+ *   (a body past the operation's limit) on those and on every other POST, PATCH and PUT;
  * - 409 `conflict` on every POST (an Idempotency-Key still running, reused with another body, or
  *   replayed to a caller without a credential when its result carried one);
  * - 200 beside 201 on `POST /endpoints` (a function's existing endpoint is returned).
@@ -111,8 +111,10 @@ const declarePipelineStatuses = (spec: OpenApiDocument): OpenApiDocument => {
       const op = raw as Operation & { responses: Record<string, Response>; requestBody?: unknown }
       if (op.responses === undefined) continue
       declare(op, "503", "ServiceUnavailableError", "service_unavailable")
-      if (op.requestBody !== undefined) {
-        declare(op, "415", "UnsupportedMediaTypeError", "unsupported_media_type")
+      if (op.requestBody !== undefined) declare(op, "415", "UnsupportedMediaTypeError", "unsupported_media_type")
+      // The size limit is checked from the request's head, before any operation reads its body: a POST,
+      // PATCH or PUT that declares none still answers 413 to a body past it.
+      if (op.requestBody !== undefined || method === "post" || method === "patch" || method === "put") {
         declare(op, "413", "PayloadTooLargeError", "payload_too_large")
       }
       if (method === "post") declare(op, "409", "ConflictError", "conflict")

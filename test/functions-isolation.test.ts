@@ -8,12 +8,12 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { readdirSync, readFileSync } from "node:fs"
 import { createServer } from "node:net"
 import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { TestServer, testService } from "./support/harness.js"
 import { call } from "./support/http.js"
+import { deploy, functionsOrg, invoke, workerdChildren } from "./support/functions.js"
 
 const TIMEOUT_MS = 3000
 
@@ -25,49 +25,6 @@ const Env = Provisioning.Default.pipe(
     DNS_SERVER: "127.0.0.1:9"
   }))
 )
-
-const newOrg = () =>
-  Effect.gen(function*() {
-    const p = yield* Provisioning
-    const org = yield* p.createOrganization({ name: "Iso", plan: "developer" })
-    const key = yield* p.issueApiKey(org.id)
-    return { orgId: org.id, token: key.apiKey, inbox: org.managedInboxAddress }
-  })
-
-let seq = 0
-const deploy = (token: string, code: string, secrets?: Record<string, string>) =>
-  Effect.gen(function*() {
-    const r = yield* call("POST", "/v1/functions", {
-      token,
-      body: { name: `iso-${++seq}-${Math.random().toString(36).slice(2, 7)}`, code, ...(secrets ? { secrets } : {}) }
-    })
-    expect(r.status, r.text).toBe(201)
-    return r.body.data as { id: string }
-  })
-
-const invoke = (token: string, id: string) =>
-  Effect.gen(function*() {
-    const started = Date.now()
-    // Concurrent identical invokes are distinct requests, not retries of one.
-    const r = yield* call("POST", `/v1/functions/${id}/invoke`, { token, body: {}, headers: { "idempotency-key": crypto.randomUUID() } })
-    expect(r.status, r.text).toBe(200)
-    return { ...(r.body.data as { status: string; status_code: number | null; response_body: string; duration_ms: number; logs: string; error: string | null }), elapsed: Date.now() - started }
-  })
-
-/** workerd processes this test process started (directly or through the service) that still run. */
-const workerdChildren = () => {
-  const out: Array<number> = []
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8")
-      const comm = /\((.*)\)/.exec(stat)?.[1]
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
-      if (comm === "workerd" && ppid === process.pid) out.push(Number(entry))
-    } catch { /* gone meanwhile */ }
-  }
-  return out
-}
 
 /** A TCP listener on loopback that counts every connection made to it. */
 const canary = Effect.acquireRelease(
@@ -90,7 +47,7 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
   describe("network", () => {
     it.scoped("every loopback, private and metadata spelling is refused; a loopback canary sees no connection", () =>
       Effect.gen(function*() {
-        const org = yield* newOrg()
+        const org = yield* functionsOrg()
         const server = yield* TestServer
         const c = yield* canary
         const p = c.port
@@ -137,8 +94,8 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
   describe("identity", () => {
     it.effect("MAILROOM acts as the function's organization only, whatever the tenant sends", () =>
       Effect.gen(function*() {
-        const org = yield* newOrg()
-        const other = yield* newOrg()
+        const org = yield* functionsOrg()
+        const other = yield* functionsOrg()
         const code = `export default { async fetch(req, env) {
           const out = {};
           const plain = await env.MAILROOM.fetch("/v1/account");
@@ -167,8 +124,8 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
 
     it.effect("memory bindings see only their own scope, whatever the key", () =>
       Effect.gen(function*() {
-        const org = yield* newOrg()
-        const other = yield* newOrg()
+        const org = yield* functionsOrg()
+        const other = yield* functionsOrg()
         expect((yield* call("PUT", "/v1/memories/shared-name", { token: other.token, body: { value: "theirs" } })).status).toBe(201)
         expect((yield* call("PUT", "/v1/memories/x", { token: other.token, body: { value: "their x" } })).status).toBe(201)
         const theirFn = yield* deploy(other.token, `export default { async fetch() { return new Response("") } }`)
@@ -207,7 +164,7 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
   describe("concurrency", () => {
     it.effect("at most 4 invocations of one organization run at once; the rest wait their turn", () =>
       Effect.gen(function*() {
-        const org = yield* newOrg()
+        const org = yield* functionsOrg()
         const fn = yield* deploy(org.token, `export default { async fetch() {
           const start = Date.now();
           await new Promise((r) => setTimeout(r, 700));
@@ -235,7 +192,7 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
           await new Promise((r) => setTimeout(r, 900));
           return new Response(JSON.stringify([start, Date.now()]));
         } }`
-        const orgs = yield* Effect.all([newOrg(), newOrg(), newOrg()])
+        const orgs = yield* Effect.all([functionsOrg(), functionsOrg(), functionsOrg()])
         const fns = yield* Effect.forEach(orgs, (o) => deploy(o.token, code))
         // 3 organizations × 4 (each at its own cap) = 12 wanted at once; only 8 may run.
         const calls = orgs.flatMap((o, i) => Array.from({ length: 4 }, () => invoke(o.token, fns[i]!.id)))
@@ -254,7 +211,7 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
   describe("wall clock and crashes", () => {
     it.effect("a long timer, a CPU loop and endless waitUntil work are stopped at the deadline and their processes are gone", () =>
       Effect.gen(function*() {
-        const org = yield* newOrg()
+        const org = yield* functionsOrg()
         const timer = yield* deploy(org.token, `export default { async fetch() { await new Promise((r) => setTimeout(r, 600000)); return new Response("late") } }`)
         const spin = yield* deploy(org.token, `export default { async fetch() { for (;;) {} } }`)
         const leak = yield* deploy(org.token, `export default { async fetch(req, env, ctx) {
@@ -275,7 +232,7 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
 
     it.effect("a delivery to a function past its wall clock is function_timeout on every attempt of the schedule", () =>
       Effect.gen(function*() {
-        const org = yield* newOrg()
+        const org = yield* functionsOrg()
         const server = yield* TestServer
         const spin = yield* deploy(org.token, `export default { async fetch() { for (;;) {} } }`)
         expect((yield* call("POST", "/v1/endpoints", { token: org.token, body: { kind: "function", function_id: spin.id } })).status).toBe(201)

@@ -180,13 +180,14 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("loop guard", (it) =
         const before = relay.messages.length
         const run = yield* call("POST", `/v1/functions/${fn}/invoke`, { token: org.token, body: { event: { email_id: email.id, targets } } })
         expect(run.status, run.text).toBe(200)
-        const out = JSON.parse(run.body.data.response_body) as Array<{ status: number; retry_after: string | null; body: any }>
+        type Refusal = { error: { code: string; details: { thread_id: string; rule: string; limit: number; window_seconds: number; retry_after: number } } }
+        const out = JSON.parse(run.body.data.response_body) as Array<{ status: number; retry_after: string | null; body: Refusal | null }>
         expect(out.map((o) => o.status)).toEqual([...Array(10).fill(201), 429])
         const last = out[10]!
-        expect(last.body.error.code).toBe("loop_detected")
-        expect(last.body.error.details).toMatchObject({ thread_id: email.thread_id, rule: "thread_hourly", limit: 10, window_seconds: 3600 })
-        expect(last.body.error.details.retry_after).toBeGreaterThan(3000)
-        expect(Number(last.retry_after)).toBe(last.body.error.details.retry_after)
+        expect(last.body?.error.code).toBe("loop_detected")
+        expect(last.body?.error.details).toMatchObject({ thread_id: email.thread_id, rule: "thread_hourly", limit: 10, window_seconds: 3600 })
+        expect(last.body?.error.details.retry_after).toBeGreaterThan(3000)
+        expect(Number(last.retry_after)).toBe(last.body?.error.details.retry_after)
         const forwarded = relay.messages.slice(before)
         expect(forwarded).toHaveLength(10)
         const parsed = yield* Effect.promise(() => simpleParser(forwarded[0]!.raw))

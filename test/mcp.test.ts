@@ -19,7 +19,7 @@ import { inject } from "vitest"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { TOOLS } from "../src/mcp/Tools.js"
 import { TestServer, testService } from "./support/harness.js"
-import { call } from "./support/http.js"
+import { call, type JsonBody } from "./support/http.js"
 
 const Env = Provisioning.Default.pipe(Layer.provideMerge(testService({ DNS_SERVER: "127.0.0.1:9" })))
 const ROOT = fileURLToPath(new URL("..", import.meta.url))
@@ -47,7 +47,8 @@ const newOrg = (name: string) =>
     return { orgId: org.id, key: key.apiKey, address: org.managedInboxAddress! } satisfies Org
   })
 
-type Result = { isError?: boolean; structuredContent?: any; content: Array<{ type: string; text?: string }> }
+/** A tool result; its structured content is the API's envelope, untyped like every test reply (support/http.ts). */
+type Result = { isError?: boolean; structuredContent?: JsonBody; content: Array<{ type: string; text?: string }> }
 
 const errorOf = (r: Result) => {
   expect(r.isError).toBe(true)

@@ -6,49 +6,17 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { AppConfig } from "../src/platform/Config.js"
 import { freePort, TestServer, testService } from "./support/harness.js"
+import { blocksOf, runBash, sectionBlocks } from "./support/shell.js"
 
 const ROOT = new URL("../", import.meta.url).pathname
 const README = readFileSync(join(ROOT, "README.md"), "utf8")
 const QUICKSTART = readFileSync(join(ROOT, "docs/quickstart.md"), "utf8")
 
-const blocksOf = (markdown: string) => [...markdown.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!)
-
-/** The fenced `sh` blocks of one `## ` section. */
-const sectionBlocks = (markdown: string, heading: string) => {
-  const start = markdown.indexOf(`\n## ${heading}\n`)
-  if (start < 0) throw new Error(`no section "${heading}"`)
-  const rest = markdown.slice(start + heading.length + 5)
-  const end = rest.search(/\n## /)
-  return blocksOf(end < 0 ? rest : rest.slice(0, end))
-}
-
-const runBash = (script: string, env: Record<string, string>, timeoutMs: number) =>
-  new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    const out = { stdout: "", stderr: "" }
-    // Its own process group, so background jobs end with it.
-    const child = spawn("bash", ["-e", "-c", script], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] })
-    child.stdout.on("data", (c: Buffer) => (out.stdout += c.toString("utf8")))
-    child.stderr.on("data", (c: Buffer) => (out.stderr += c.toString("utf8")))
-    const killGroup = () => {
-      try {
-        process.kill(-child.pid!, "SIGKILL")
-      } catch {
-        // already gone
-      }
-    }
-    const timer = setTimeout(killGroup, timeoutMs)
-    child.once("exit", (code) => {
-      clearTimeout(timer)
-      killGroup()
-      resolve({ code, ...out })
-    })
-  })
 
 layer(testService(), { timeout: 300_000, excludeTestServices: true })("quickstart", (it) => {
   it("the README links it", () => {
@@ -75,7 +43,7 @@ layer(testService(), { timeout: 300_000, excludeTestServices: true })("quickstar
         DATA_DIR: config.dataDir,
         XDG_CONFIG_HOME: home
       })
-      const result = yield* Effect.promise(() => runBash([...walkthrough, ...quickstart].join("\n"), env, 280_000)).pipe(
+      const result = yield* Effect.promise(() => runBash([...walkthrough, ...quickstart].join("\n"), ROOT, env, 280_000)).pipe(
         Effect.ensuring(Effect.sync(() => rmSync(home, { recursive: true, force: true })))
       )
       const transcript = `${result.stdout}\n--- stderr ---\n${result.stderr}`

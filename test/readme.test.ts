@@ -5,46 +5,16 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { freePort, TestServer, testService } from "./support/harness.js"
+import { runBash, sectionBlocks } from "./support/shell.js"
 
 const ROOT = new URL("../", import.meta.url).pathname
 const README = readFileSync(join(ROOT, "README.md"), "utf8")
 
 /** The fenced `sh` blocks of one `## ` section. */
-const shellBlocks = (markdown: string, heading: string) => {
-  const start = markdown.indexOf(`\n## ${heading}\n`)
-  if (start < 0) throw new Error(`README has no section "${heading}"`)
-  const rest = markdown.slice(start + heading.length + 5)
-  const end = rest.search(/\n## /)
-  const section = end < 0 ? rest : rest.slice(0, end)
-  return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!)
-}
-
-const runBash = (script: string, env: Record<string, string>, timeoutMs: number) =>
-  new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    const out = { stdout: "", stderr: "" }
-    // Its own process group, so the walkthrough's background jobs are ended with it.
-    const child = spawn("bash", ["-e", "-c", script], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] })
-    child.stdout.on("data", (c: Buffer) => (out.stdout += c.toString("utf8")))
-    child.stderr.on("data", (c: Buffer) => (out.stderr += c.toString("utf8")))
-    const killGroup = () => {
-      try {
-        process.kill(-child.pid!, "SIGKILL")
-      } catch {
-        // already gone
-      }
-    }
-    const timer = setTimeout(killGroup, timeoutMs)
-    child.once("exit", (code) => {
-      clearTimeout(timer)
-      killGroup()
-      resolve({ code, ...out })
-    })
-  })
 
 layer(testService(), { timeout: 240_000, excludeTestServices: true })("README", (it) => {
   it("starts with the two commands and stays under 200 lines", () => {
@@ -58,7 +28,7 @@ layer(testService(), { timeout: 240_000, excludeTestServices: true })("README", 
   it.effect("the five-minute walkthrough works when pasted", () =>
     Effect.gen(function*() {
       const server = yield* TestServer
-      const blocks = shellBlocks(README, "Five-minute walkthrough")
+      const blocks = sectionBlocks(README, "Five-minute walkthrough")
       // The first block starts the service; this test's service is that one (private URLs allowed).
       expect(blocks[0]!.trim()).toBe("WEBHOOK_ALLOW_PRIVATE_URLS=true npm start")
       expect(blocks.length).toBeGreaterThan(4)
@@ -74,7 +44,7 @@ layer(testService(), { timeout: 240_000, excludeTestServices: true })("README", 
         RECEIVER_PORT: String(receiverPort),
         XDG_CONFIG_HOME: config
       })
-      const result = yield* Effect.promise(() => runBash(blocks.slice(1).join("\n"), env, 200_000)).pipe(
+      const result = yield* Effect.promise(() => runBash(blocks.slice(1).join("\n"), ROOT, env, 200_000)).pipe(
         Effect.ensuring(Effect.sync(() => rmSync(config, { recursive: true, force: true })))
       )
       const transcript = `${result.stdout}\n--- stderr ---\n${result.stderr}`

@@ -14,13 +14,15 @@
  */
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Cause, Clock, Data, Deferred, Duration, Effect, Fiber, FiberSet, Layer, Option, Schedule, Stream } from "effect"
+import { Cause, Clock, Data, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
 import { type StoredSecrets, WebhookSecrets } from "../account/WebhookSecret.js"
 import { FunctionInvoker } from "../functions/Invoker.js"
 import { checkUrl } from "../net/Ssrf.js"
 import { Dns } from "../net/Dns.js"
 import { AppConfig } from "../platform/Config.js"
 import { DatabaseKind } from "../platform/Database.js"
+import { runJobs } from "../platform/JobRunner.js"
+import { fixedDelays, retryAt, type RetryPolicy } from "../platform/RetryPolicy.js"
 import { randomToken } from "../platform/Secrets.js"
 import { postJson } from "../webhooks/Sender.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
@@ -37,7 +39,6 @@ import {
 } from "./Queue.js"
 
 export const CONFIRMATION_HEADER = "mailroom-confirmed"
-export const MAX_DISPATCH_ERRORS = 5
 const RESPONSE_EXCERPT_BYTES = 2048
 /** Claims at most this many rows at once. */
 const MAX_CLAIM = 64
@@ -248,6 +249,14 @@ const recordWhileLeased = <A, E, R>(row: DeliveryRow, record: Effect.Effect<A, E
     )
   })
 
+/** Deliveries retry after exactly the configured delays, then fail. */
+const policies = new WeakMap<ReadonlyArray<Duration.Duration>, RetryPolicy>()
+const deliveryRetryPolicy = (delays: ReadonlyArray<Duration.Duration>): RetryPolicy => {
+  let policy = policies.get(delays)
+  if (policy === undefined) policies.set(delays, policy = fixedDelays(delays))
+  return policy
+}
+
 /** An attempt interrupted by the service stopping after its request may have left. */
 const SHUTDOWN_ERROR = "the service stopped during the attempt; the endpoint may have received it"
 
@@ -309,12 +318,16 @@ export const processDelivery = (
       error: result.error,
       responseExcerpt: result.responseExcerpt
     }
-    const delays = config.deliveryRetryDelays
     const now = yield* Clock.currentTimeMillis
+    // The retry policy (DELIVERY_RETRY_DELAYS) stepped to this attempt: the next due time, or none (failed).
+    const next = result.ok || !options.retries || result.final
+      ? Option.none<Date>()
+      : yield* retryAt(deliveryRetryPolicy(config.deliveryRetryDelays), number, now)
     let completion: Completion
     if (result.ok) completion = { _tag: "Done", status: result.confirmed ? "header_confirmed" : "delivered" }
-    else if (!options.retries || result.final || number > delays.length) completion = { _tag: "Done", status: "failed" }
-    else completion = { _tag: "Retry", at: new Date(stopped ? now : now + Duration.toMillis(delays[number - 1]!)) }
+    else if (Option.isNone(next)) completion = { _tag: "Done", status: "failed" }
+    // Cut short by the shutdown: due again at once (the attempt still counts).
+    else completion = { _tag: "Retry", at: stopped ? new Date(now) : next.value }
     // The attempt already happened: if the database is briefly unreachable, keep trying to record it
     // while the lease still holds rather than leave the row to be sent a second time.
     if (result.confirmed && check.discardOnConfirm) {
@@ -340,7 +353,7 @@ export interface DispatcherOptions {
   readonly pollMs: number
 }
 
-/** The worker pool of this process, interrupted with the service's scope. */
+/** The worker pool of this process: deliveries declared on the job runner, drained with the service's scope. */
 export const DispatcherLive = (options: DispatcherOptions = { concurrency: 64, pollMs: 250 }) =>
   Layer.scopedDiscard(Effect.gen(function*() {
     const queue = yield* DeliveryQueue
@@ -348,108 +361,45 @@ export const DispatcherLive = (options: DispatcherOptions = { concurrency: 64, p
     const kind = yield* DatabaseKind
     const worker = `w_${randomToken(8)}`
     const leaseMs = leaseMillis(config.deliveryTimeout)
-    // Made first, so its finalizer (interrupting the attempts still running) runs after the drain below.
-    const inFlight = yield* FiberSet.make<unknown, unknown>()
-    // Completed when draining runs out of time: attempts still running are cut short.
-    const stop = yield* Deferred.make<void>()
-    const slots = yield* Effect.makeSemaphore(options.concurrency)
-    const wake = yield* Effect.makeLatch(false)
-    let free = options.concurrency
     let expiredCheckedAt = 0
     const context = yield* Effect.context<DeliveryQueue | DeliveryAttempts | AppConfig | SqlClient.SqlClient>()
-
-    const runOne = (row: ClaimedRow) =>
-      processDelivery(row, worker, { retries: true, stop: Deferred.await(stop) }).pipe(
-        // A row still pending (a retry is scheduled) may be due before the idle claimer's next look.
-        Effect.tap((status) => (status === "pending" ? wake.open : Effect.void)),
-        Effect.catchTag("RecordingFailed", (e) =>
-          // Not released: the request may have been sent, so the row waits for its lease to end.
-          Effect.logWarning("delivery attempt could not be recorded; the row stays leased", e.message).pipe(
-            Effect.annotateLogs("delivery_id", row.id)
-          )),
-        Effect.catchAllCause((cause) =>
-          Effect.zipRight(
-            Effect.logWarning("delivery dispatch failed", cause).pipe(Effect.annotateLogs("delivery_id", row.id)),
-            queue.dispatchFailed(row, String(cause).slice(0, 500), MAX_DISPATCH_ERRORS).pipe(Effect.ignore, Effect.zipRight(wake.open))
-          )
-        ),
-        Effect.provide(context),
-        Effect.ensuring(Effect.sync(() => {
-          free++
-        }).pipe(Effect.zipRight(slots.release(1))))
-      )
-
-    const round = Effect.gen(function*() {
-      // Closed before the claim, so a NOTIFY that arrives while it runs is not lost.
-      yield* wake.close
-      yield* slots.take(1).pipe(Effect.zipRight(slots.release(1)))
-      if (free < options.concurrency / 4) yield* Effect.sleep(CLAIM_LINGER)
-      const now = yield* Clock.currentTimeMillis
-      const expiredFirst = now - expiredCheckedAt >= EXPIRED_CHECK_MS
-      if (expiredFirst) expiredCheckedAt = now
-      const limit = Math.max(1, Math.min(free, MAX_CLAIM))
-      // A claim and the forks of its rows are not split by a stop: every claimed row gets its fiber.
-      const rows = yield* Effect.uninterruptible(Effect.gen(function*() {
-        const rows = yield* queue.claim(worker, limit, leaseMs, expiredFirst)
-        for (const row of rows) {
-          yield* slots.take(1)
-          free--
-          // Forked from an uninterruptible region, a fiber would inherit it: attempts stay interruptible.
-          yield* FiberSet.run(inFlight, Effect.interruptible(runOne(row)))
-        }
-        return rows
-      }))
-      if (rows.length === 0) {
-        const dueIn = yield* queue.nextDueIn
-        const wait = Math.min(dueIn ?? options.pollMs * 4, kind.embedded ? options.pollMs : 1000)
-        yield* wake.await.pipe(Effect.timeout(Duration.millis(Math.max(10, wait))), Effect.ignore)
-      } else if (rows.length < limit) {
-        // Fewer due rows than asked for: the backlog is empty for now. Claiming again at once would
-        // cost an empty claim and a due-time query per delivery at low rates; a new delivery's NOTIFY
-        // (or a retry scheduled here, which opens the latch) wakes the claimer instead.
-        yield* wake.await.pipe(Effect.timeout(Duration.millis(kind.embedded ? options.pollMs : 1000)), Effect.ignore)
-      }
-    })
-
-    const claimer = yield* round.pipe(
-      Effect.catchAllCause((cause) => Effect.logWarning("delivery claim failed; retrying", cause).pipe(Effect.zipRight(Effect.sleep("1 second")))),
-      Effect.forever,
-      Effect.forkDaemon
-    )
-    // Drain: no new claims; attempts in flight get most of the shutdown time to finish and be
-    // recorded (the rest is left for cutting the others short, the listeners and the database).
-    const drainMs = Math.floor(Duration.toMillis(config.shutdownTimeout) * 0.7)
-    yield* Effect.addFinalizer(() =>
-      Effect.gen(function*() {
-        yield* Fiber.interrupt(claimer)
-        const running = yield* FiberSet.size(inFlight)
-        if (running === 0) return
-        yield* Effect.logInfo(`stopping: waiting up to ${drainMs} ms for ${running} delivery attempt(s) in flight`)
-        // Interruptible: finalizers are not, and the timeout must be able to stop the wait.
-        const drained = yield* Effect.interruptible(FiberSet.awaitEmpty(inFlight)).pipe(
-          Effect.timeout(Duration.millis(drainMs)),
-          Effect.option
-        )
-        if (Option.isNone(drained)) {
-          const left = yield* FiberSet.size(inFlight)
-          yield* Effect.logWarning(`stopping: ${left} delivery attempt(s) still running are cut short and due again at the next start`)
-          yield* Deferred.succeed(stop, undefined)
-          // Each records its cut-short attempt or releases its row; the shutdown bound covers a stuck write.
-          yield* Effect.interruptible(FiberSet.awaitEmpty(inFlight))
-        }
-      })
-    )
-
     // On PostgreSQL, NOTIFY from the enqueuing transaction wakes the claimer at commit.
-    if (!kind.embedded) {
-      const pg = yield* Effect.serviceOption(PgClient.PgClient)
-      if (Option.isSome(pg)) {
-        yield* pg.value.listen(NOTIFY_CHANNEL).pipe(
-          Stream.runForEach(() => wake.open),
-          Effect.retry(Schedule.spaced("1 second")),
-          Effect.catchAllCause((cause) => Effect.logWarning("delivery LISTEN stopped", cause)),
-          Effect.forkScoped
-        )
-      }
-    }
+    const pg = kind.embedded ? Option.none() : yield* Effect.serviceOption(PgClient.PgClient)
+    const wakeups = Option.isNone(pg) ? undefined : pg.value.listen(NOTIFY_CHANNEL).pipe(
+      Stream.retry(Schedule.spaced("1 second"))
+    )
+
+    yield* runJobs<ClaimedRow, never>({
+      name: "delivery",
+      concurrency: options.concurrency,
+      maxClaim: MAX_CLAIM,
+      pollMs: options.pollMs,
+      idleMs: kind.embedded ? options.pollMs : 1000,
+      linger: CLAIM_LINGER,
+      ...(wakeups === undefined ? {} : { wakeups }),
+      // Attempts in flight get most of the shutdown time to finish and be recorded (the rest is left
+      // for cutting the others short, the listeners and the database).
+      drain: Duration.millis(Math.floor(Duration.toMillis(config.shutdownTimeout) * 0.7)),
+      claim: (limit) =>
+        Effect.gen(function*() {
+          const now = yield* Clock.currentTimeMillis
+          const expiredFirst = now - expiredCheckedAt >= EXPIRED_CHECK_MS
+          if (expiredFirst) expiredCheckedAt = now
+          return yield* queue.claim(worker, limit, leaseMs, expiredFirst)
+        }),
+      nextDueIn: queue.nextDueIn,
+      run: (row, job) =>
+        processDelivery(row, worker, { retries: true, stop: job.stop }).pipe(
+          // A row still pending (a retry is scheduled) may be due before the idle claimer's next look.
+          Effect.tap((status) => (status === "pending" ? job.wake : Effect.void)),
+          Effect.catchTag("RecordingFailed", (e) =>
+            // Not released: the request may have been sent, so the row waits for its lease to end.
+            Effect.logWarning("delivery attempt could not be recorded; the row stays leased", e.message).pipe(
+              Effect.annotateLogs("delivery_id", row.id)
+            )),
+          Effect.provide(context)
+        ),
+      // A failure of the dispatcher itself (not of the endpoint): backed off by its own policy, dead-lettered after it.
+      onDefect: (row, cause) => queue.dispatchFailed(row, String(cause).slice(0, 500))
+    })
   }))

@@ -13,7 +13,14 @@ import { type SqlError, SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
 import { Cause, Clock, Duration, Effect, Exit, Option } from "effect"
 import { makeBatcher } from "../platform/Batching.js"
+import { backoff, retryAt } from "../platform/RetryPolicy.js"
 import { randomToken } from "../platform/Secrets.js"
+
+/**
+ * When the dispatcher itself fails on a delivery (not the endpoint: a defect, the database): about
+ * 2 s, 4 s, 8 s, 16 s apart, then the delivery is dead-lettered (`queue_dead_letter`).
+ */
+export const DISPATCH_RETRY = backoff({ base: "2 seconds", max: "5 minutes", retries: 4 })
 
 export type DeliveryStatus = "pending" | "delivered" | "header_confirmed" | "failed"
 
@@ -320,15 +327,16 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
         return ids.has(row.id)
       })
 
-    /** A failure of the dispatcher itself (not of the endpoint): back off, dead-letter after `max`. */
-    const dispatchFailed = (row: DeliveryRow, message: string, max: number) =>
+    /** A failure of the dispatcher itself (not of the endpoint): backed off by `DISPATCH_RETRY`, dead-lettered when it ends. */
+    const dispatchFailed = (row: DeliveryRow, message: string) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const errors = row.dispatch_errors + 1
-        const dead = errors >= max
+        const next = yield* retryAt(DISPATCH_RETRY, errors, now)
+        const dead = Option.isNone(next)
         yield* sql`UPDATE deliveries SET dispatch_errors = ${errors}, lease_owner = NULL,
                      status = ${dead ? "failed" : "pending"},
-                     next_attempt_at = ${new Date(now + Math.min(300_000, 1000 * 2 ** errors))},
+                     next_attempt_at = ${Option.getOrElse(next, () => new Date(now))},
                      last_error = ${dead ? `dispatch could not complete after ${errors} attempts: ${message}` : row.last_error},
                      last_error_code = ${dead ? "queue_dead_letter" : row.last_error_code},
                      updated_at = ${new Date(now)}

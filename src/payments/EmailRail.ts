@@ -20,6 +20,8 @@ import { Clock, Duration, Effect, Layer, Option } from "effect"
 import { ValidationError } from "../contract/Errors.js"
 import { MoreOnEmailStored, type EmailStoredHook } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
+import { runJobs } from "../platform/JobRunner.js"
+import { backoff, retryAt } from "../platform/RetryPolicy.js"
 import { randomToken } from "../platform/Secrets.js"
 import { sendableAddresses } from "../registries/Senders.js"
 import { replyInput } from "../sending/Replies.js"
@@ -143,7 +145,8 @@ export interface EmailRailWorkerOptions {
  * settled by another payment, or a transient settlement failure.
  */
 const MAX_ATTEMPTS = 6
-const retryDelayMs = (attempt: number) => Math.min(60_000, 1000 * 2 ** attempt)
+/** About 2 s, 4 s, 8 s … apart, at most a minute (the attempts are capped by MAX_ATTEMPTS where they are judged). */
+const RETRY = backoff({ base: "2 seconds", max: "1 minute" })
 
 export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/EmailRail", {
   effect: Effect.gen(function*() {
@@ -219,9 +222,10 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
           WHERE email_id = ${emailId} AND lease_token = ${token}`.pipe(Effect.orDie)
 
     const later = (job: JobRow, token: string, error: string, nowMs: number) =>
-      sql`UPDATE payment_email_jobs SET due_at = ${new Date(nowMs + retryDelayMs(job.attempts))}, last_error = ${error},
-            lease_token = NULL, lease_until = NULL, updated_at = now()
-          WHERE email_id = ${job.email_id} AND lease_token = ${token}`.pipe(Effect.orDie)
+      Effect.flatMap(retryAt(RETRY, job.attempts, nowMs), (at) =>
+        sql`UPDATE payment_email_jobs SET due_at = ${Option.getOrElse(at, () => new Date(nowMs))}, last_error = ${error},
+              lease_token = NULL, lease_until = NULL, updated_at = now()
+            WHERE email_id = ${job.email_id} AND lease_token = ${token}`).pipe(Effect.orDie)
 
     const matchChallenge = (orgId: string, ids: ReadonlyArray<string>, payload: unknown) =>
       Effect.gen(function*() {
@@ -327,8 +331,8 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
 
     const leaseMs = Duration.toMillis(config.x402SettleTimeout) + Duration.toMillis(config.outboundTimeout) + 60_000
 
-    /** Claims due jobs for this process (lease, SKIP LOCKED) and runs them. */
-    const pass = (batch: number, concurrency: number) =>
+    /** Claims due jobs for this process (lease, SKIP LOCKED), each with the token it is fenced by. */
+    const claim = (limit: number) =>
       Effect.gen(function*() {
         const token = randomToken(16)
         const nowMs = yield* Clock.currentTimeMillis
@@ -339,42 +343,32 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
           WHERE email_id IN (
             SELECT email_id FROM payment_email_jobs
             WHERE status = 'pending' AND due_at <= ${now} AND (lease_until IS NULL OR lease_until < ${now})
-            ORDER BY due_at LIMIT ${batch} FOR UPDATE SKIP LOCKED)
+            ORDER BY due_at LIMIT ${limit} FOR UPDATE SKIP LOCKED)
           RETURNING email_id, org_id, attempts, challenge_id, outcome, answer`.pipe(Effect.orDie)
-        yield* Effect.forEach(jobs, (job) =>
-          runJob(job, token).pipe(
-            Effect.catchAllCause((cause) =>
-              Effect.zipRight(
-                Effect.logError(`payment email ${job.email_id} failed; retried after its lease`, cause),
-                Effect.ignore(later(job, token, "internal error", nowMs))
-              )
-            )
-          ), { concurrency, discard: true })
-        return jobs.length
+        return jobs.map((job) => ({ job, token }))
       })
 
-    return { mailChallenge, challengeOfEmail, payByEmail, hook, pass } as const
+    /** A job that failed with a defect is tried again by the retry policy. */
+    const failed = ({ job, token }: { readonly job: JobRow; readonly token: string }) =>
+      Effect.flatMap(Clock.currentTimeMillis, (nowMs) => later(job, token, "internal error", nowMs))
+
+    return { mailChallenge, challengeOfEmail, payByEmail, hook, claim, runJob, failed } as const
   })
 }) {}
 
 /** Registers the ingestion hook (the job row stored with each email carrying a signed payment). */
 export const EmailRailHookLive = Layer.effect(MoreOnEmailStored, Effect.map(EmailRail, (rail) => [rail.hook]))
 
-/** The workers that settle payment replies and answer them, in every process. */
+/** The workers that settle payment replies and answer them, in every process: declared on the job runner. */
 export const EmailRailWorkerLive = (options: EmailRailWorkerOptions = {}) =>
   Layer.scopedDiscard(Effect.gen(function*() {
     const rail = yield* EmailRail
-    const pollMs = options.pollMs ?? 200
-    const concurrency = options.concurrency ?? 8
-    const batch = concurrency * 4
-    const loop = Effect.gen(function*() {
-      while (true) {
-        const n = yield* rail.pass(batch, concurrency).pipe(
-          Effect.catchAllCause((cause) => Effect.as(Effect.logError("payment email workers: a pass failed", cause), 0))
-        )
-        if (n >= batch) continue
-        yield* Effect.sleep(Duration.millis(pollMs))
-      }
+    yield* runJobs({
+      name: "payment email",
+      concurrency: options.concurrency ?? 8,
+      pollMs: options.pollMs ?? 200,
+      claim: rail.claim,
+      run: ({ job, token }) => rail.runJob(job, token),
+      onDefect: rail.failed
     })
-    yield* Effect.forkScoped(loop)
   }))

@@ -14,7 +14,7 @@
  * such a payment stays `settling` (logged) until an operator decides.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect, Layer, Option } from "effect"
+import { Clock, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { type Address, createPublicClient, type Hex, http, parseAbi, parseAbiItem } from "viem"
 import { AppConfig } from "../platform/Config.js"
 import { networkInfo } from "./Networks.js"
@@ -115,19 +115,13 @@ export class SettlementReconciler extends Effect.Service<SettlementReconciler>()
   })
 }) {}
 
-/** The reconciler's loop, in every process (ending a payment is conditional, so processes may overlap). */
+/** The reconciler's sweep, every `pollMs` in every process (ending a payment is conditional, so processes may overlap). */
 export const SettlementReconcilerLive = (options: ReconcilerOptions = {}) =>
   Layer.scopedDiscard(Effect.gen(function*() {
     const reconciler = yield* SettlementReconciler
-    const pollMs = options.pollMs ?? 30_000
-    yield* Effect.forkScoped(
-      Effect.gen(function*() {
-        while (true) {
-          yield* reconciler.pass.pipe(
-            Effect.catchAllCause((cause) => Effect.logError("payments: a reconciliation pass failed", cause))
-          )
-          yield* Effect.sleep(Duration.millis(pollMs))
-        }
-      })
+    yield* reconciler.pass.pipe(
+      Effect.catchAllCause((cause) => Effect.logError("payments: a reconciliation pass failed", cause)),
+      Effect.repeat(Schedule.spaced(Duration.millis(options.pollMs ?? 30_000))),
+      Effect.forkScoped
     )
   })).pipe(Layer.provide(SettlementReconciler.Default))

@@ -13,8 +13,10 @@
  * 25 times later than with indexing off.
  */
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Layer } from "effect"
+import { Clock, Duration, Effect, Layer, Option } from "effect"
 import { performance } from "node:perf_hooks"
+import { runJobs } from "../platform/JobRunner.js"
+import { backoff, retryAt } from "../platform/RetryPolicy.js"
 import { embeddingText } from "./Document.js"
 import { Embedder } from "./Embedder.js"
 import { toBytes } from "./Vectors.js"
@@ -34,8 +36,6 @@ export interface BacklogOptions {
 
 const LEASE = "60 seconds"
 
-/** Delay before the `attempt`-th retry: 1 s, 2 s, 4 s … up to `max`. */
-export const retryDelayMs = (attempt: number, max: number) => Math.min(max, 1000 * 2 ** Math.max(0, attempt - 1))
 
 export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
   Layer.scopedDiscard(Effect.gen(function*() {
@@ -43,7 +43,8 @@ export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
     const embedder = yield* Embedder
     const pollMs = options.pollMs ?? 500
     const batch = options.batch ?? 16
-    const maxDelay = options.maxRetryDelayMs ?? 300_000
+    // A failing batch is tried again 1 s, 2 s, 4 s … later, at most `maxRetryDelayMs` apart, for as long as it takes.
+    const policy = backoff({ base: "1 second", max: Duration.millis(options.maxRetryDelayMs ?? 300_000) })
     const dutyCycle = Math.min(1, Math.max(0.05, options.dutyCycle ?? 0.5))
     const busyAbove = options.busyAbove ?? 0.5
 
@@ -62,38 +63,39 @@ export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
           ORDER BY embed_next_at LIMIT ${batch} FOR UPDATE SKIP LOCKED)
       RETURNING d.id, d.org_id, d.subject, left(d.body, 2000) AS body, d.embed_attempts`
 
-    const pass = Effect.gen(function*() {
-      const docs = yield* claim
-      if (docs.length === 0) return 0
-      const outcome = yield* Effect.either(embedder.embed(docs.map((d) => embeddingText(d.subject, d.body)), { priority: "backlog" }))
-      if (outcome._tag === "Left") {
-        const attempts = Math.max(...docs.map((d) => d.embed_attempts))
-        const delay = retryDelayMs(attempts, maxDelay)
-        yield* Effect.logWarning(`embedding backlog: ${docs.length} documents not embedded (${outcome.left.message}); retried in ${delay} ms`)
-        yield* sql`UPDATE search_documents SET embed_lease_until = NULL, embed_error = ${outcome.left.message.slice(0, 500)},
-                     embed_next_at = now() + ${`${delay} milliseconds`}::interval
-                    WHERE id IN ${sql.in(docs.map((d) => d.id))}`
-        return 0
-      }
-      const rows = docs.map((d, i) => ({
-        id: d.id,
-        org_id: d.org_id,
-        model: embedder.model,
-        dims: outcome.right[i]!.length,
-        vector: toBytes(outcome.right[i]!)
-      }))
-      // A document deleted meanwhile has nothing to attach its vector to: only those still there are written.
-      yield* sql`
-        WITH v AS (INSERT INTO search_embeddings (id, org_id, model, dims, vector)
-                   SELECT x.id, x.org_id, x.model, x.dims, x.vector
-                     FROM (SELECT * FROM (VALUES ${sql.join(", ", false)(rows.map((r) => sql`(${r.id}::uuid, ${r.org_id}::uuid, ${r.model}, ${r.dims}::int, ${r.vector}::bytea)`))}) AS t(id, org_id, model, dims, vector)) x
-                    WHERE EXISTS (SELECT 1 FROM search_documents d WHERE d.id = x.id)
-                   ON CONFLICT (id) DO UPDATE SET model = excluded.model, dims = excluded.dims, vector = excluded.vector,
-                     seq = nextval(pg_get_serial_sequence('search_embeddings', 'seq')))
-        UPDATE search_documents SET embedded_at = now(), embed_lease_until = NULL, embed_error = NULL
-         WHERE id IN ${sql.in(rows.map((r) => r.id))}`
-      return docs.length
-    })
+    type Doc = (typeof claim extends Effect.Effect<ReadonlyArray<infer D>, any, any> ? D : never)
+
+    const embedBatch = (docs: ReadonlyArray<Doc>) =>
+      Effect.gen(function*() {
+        const outcome = yield* Effect.either(embedder.embed(docs.map((d) => embeddingText(d.subject, d.body)), { priority: "backlog" }))
+        if (outcome._tag === "Left") {
+          const attempts = Math.max(...docs.map((d) => d.embed_attempts))
+          const now = yield* Clock.currentTimeMillis
+          const at = Option.getOrElse(yield* retryAt(policy, attempts, now), () => new Date(now))
+          yield* Effect.logWarning(`embedding backlog: ${docs.length} documents not embedded (${outcome.left.message}); retried at ${at.toISOString()}`)
+          yield* sql`UPDATE search_documents SET embed_lease_until = NULL, embed_error = ${outcome.left.message.slice(0, 500)},
+                       embed_next_at = ${at}
+                      WHERE id IN ${sql.in(docs.map((d) => d.id))}`
+          return
+        }
+        const rows = docs.map((d, i) => ({
+          id: d.id,
+          org_id: d.org_id,
+          model: embedder.model,
+          dims: outcome.right[i]!.length,
+          vector: toBytes(outcome.right[i]!)
+        }))
+        // A document deleted meanwhile has nothing to attach its vector to: only those still there are written.
+        yield* sql`
+          WITH v AS (INSERT INTO search_embeddings (id, org_id, model, dims, vector)
+                     SELECT x.id, x.org_id, x.model, x.dims, x.vector
+                       FROM (SELECT * FROM (VALUES ${sql.join(", ", false)(rows.map((r) => sql`(${r.id}::uuid, ${r.org_id}::uuid, ${r.model}, ${r.dims}::int, ${r.vector}::bytea)`))}) AS t(id, org_id, model, dims, vector)) x
+                      WHERE EXISTS (SELECT 1 FROM search_documents d WHERE d.id = x.id)
+                     ON CONFLICT (id) DO UPDATE SET model = excluded.model, dims = excluded.dims, vector = excluded.vector,
+                       seq = nextval(pg_get_serial_sequence('search_embeddings', 'seq')))
+          UPDATE search_documents SET embedded_at = now(), embed_lease_until = NULL, embed_error = NULL
+           WHERE id IN ${sql.in(rows.map((r) => r.id))}`
+      })
 
     let lastLook = performance.eventLoopUtilization()
     /** This process's event-loop utilization since the last look (0..1). */
@@ -104,22 +106,16 @@ export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
       return since.utilization
     }
 
-    const loop = Effect.gen(function*() {
-      while (true) {
-        if (busyAbove < 1 && utilization() > busyAbove) {
-          yield* Effect.sleep(Duration.millis(pollMs))
-          continue
-        }
-        const started = performance.now()
-        const done = yield* pass.pipe(
-          Effect.catchAllCause((cause) => Effect.as(Effect.logError("embedding backlog: a pass failed", cause), 0))
-        )
-        if (done < batch) yield* Effect.sleep(Duration.millis(pollMs))
-        else if (dutyCycle < 1) {
-          const took = performance.now() - started
-          yield* Effect.sleep(Duration.millis(took * (1 / dutyCycle - 1)))
-        }
-      }
+    // One batch at a time; the item is the batch.
+    yield* runJobs<ReadonlyArray<Doc>, never>({
+      name: "embedding backlog",
+      concurrency: 1,
+      maxClaim: 1,
+      pollMs,
+      claim: () => Effect.map(claim, (docs) => (docs.length === 0 ? [] : [docs])),
+      run: embedBatch,
+      ready: Effect.sync(() => busyAbove >= 1 || utilization() <= busyAbove),
+      // The model may run for the backlog `dutyCycle` of the time: rest as long as the batch took, scaled.
+      restAfter: (took) => Duration.millis(dutyCycle < 1 ? took * (1 / dutyCycle - 1) : 0)
     })
-    yield* Effect.forkScoped(loop)
   }))

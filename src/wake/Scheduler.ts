@@ -6,7 +6,9 @@
  * firing without a second email. Missed firings (the service was down) are due at start: one
  * firing each, then recurring wakes go on from now (Schedule.nextAfter).
  */
-import { Clock, Duration, Effect, Layer } from "effect"
+import { Clock, Effect, Layer, Option } from "effect"
+import { runJobs } from "../platform/JobRunner.js"
+import { backoff, retryAt } from "../platform/RetryPolicy.js"
 import { randomToken } from "../platform/Secrets.js"
 import { WakeFiring } from "./Firing.js"
 import { WakesRepo, type WakeRow } from "./Repo.js"
@@ -15,22 +17,22 @@ import { nextAfter } from "./Schedule.js"
 export interface WakeSchedulerOptions {
   /** How often to look for due wakes when none were due (default 250 ms). */
   readonly pollMs?: number
-  /** Wakes claimed per pass (default 100). */
-  readonly batch?: number
   /** Firings in flight at once per process (default 16). */
   readonly concurrency?: number
 }
 
-/** A firing that could not store its email (storage full) is tried again after this. */
-const RETRY_AFTER = Duration.seconds(60)
+/**
+ * A firing that could not store its email (storage full) is tried again about a minute later, for
+ * as long as the wake lasts: the first retry of a fixed-interval policy, since a wake does not
+ * count its failed firings (the next firing starts afresh).
+ */
+const FIRING_RETRY = backoff({ base: "60 seconds", max: "60 seconds", jitter: false })
 
+/** The wakes, declared on the job runner: a claimed wake with the lease token it is fenced by. */
 export const WakeSchedulerLive = (options: WakeSchedulerOptions = {}) =>
   Layer.scopedDiscard(Effect.gen(function*() {
     const repo = yield* WakesRepo
     const firing = yield* WakeFiring
-    const pollMs = options.pollMs ?? 250
-    const batch = options.batch ?? 100
-    const concurrency = options.concurrency ?? 16
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     const fireOne = (wake: WakeRow, token: string) =>
@@ -45,29 +47,21 @@ export const WakeSchedulerLive = (options: WakeSchedulerOptions = {}) =>
           return yield* repo.fired(wake.id, token, at, next)
         }
         yield* Effect.logWarning(`wake ${wake.id} did not fire: ${outcome.left.reason}`)
-        return yield* outcome.left.retry
-          ? repo.release(wake.id, token, new Date(at.getTime() + Duration.toMillis(RETRY_AFTER)))
-          : repo.abandon(wake.id, token, at)
-      }).pipe(
-        // A defect in one firing (a database hiccup) must not stop the timers: its lease expires and it is retried.
-        Effect.catchAllCause((cause) => Effect.logError(`wake ${wake.id} firing failed; retried after its lease`, cause))
-      )
+        const retry = outcome.left.retry ? yield* retryAt(FIRING_RETRY, 1, at.getTime()) : Option.none<Date>()
+        return yield* Option.isSome(retry) ? repo.release(wake.id, token, retry.value) : repo.abandon(wake.id, token, at)
+      })
 
-    const pass = Effect.gen(function*() {
-      const token = randomToken(16)
-      const due = yield* repo.claimDue(yield* now, token, batch)
-      yield* Effect.forEach(due, (w) => fireOne(w, token), { concurrency, discard: true })
-      return due.length
+    yield* runJobs<{ readonly wake: WakeRow; readonly token: string }, never>({
+      name: "wake",
+      concurrency: options.concurrency ?? 16,
+      pollMs: options.pollMs ?? 250,
+      claim: (limit) =>
+        Effect.gen(function*() {
+          const token = randomToken(16)
+          const wakes = yield* repo.claimDue(yield* now, token, limit)
+          return wakes.map((wake) => ({ wake, token }))
+        }),
+      // A defect in one firing (a database hiccup) leaves its lease to expire; it is retried then.
+      run: ({ token, wake }) => fireOne(wake, token)
     })
-
-    const loop = Effect.gen(function*() {
-      while (true) {
-        const claimed = yield* pass.pipe(
-          Effect.catchAllCause((cause) => Effect.as(Effect.logError("wake timers: a pass failed", cause), 0))
-        )
-        // A full batch means more may be due: look again at once.
-        if (claimed < batch) yield* Effect.sleep(Duration.millis(pollMs))
-      }
-    })
-    yield* Effect.forkScoped(loop)
   }))

@@ -8,9 +8,14 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { ConfigError, Duration, Effect, Layer } from "effect"
+import { setFlagsFromString } from "node:v8"
 import { AppConfig, AppConfigLive } from "./platform/Config.js"
 import { asPortInUse, ensurePortsFree, PORT_IN_USE_EXIT, PortInUse } from "./platform/Ports.js"
 import { ServiceLive } from "./Server.js"
+
+// The spool's young-generation collections during long streams (inbound/Spool.ts) use `gc`, exposed
+// to a separate context only. Set before the first message arrives; flags belong to the entry point.
+setFlagsFromString("--expose-gc")
 
 const CONFIG_EXIT = 78
 const SHUTDOWN_OVERRUN_EXIT = 1

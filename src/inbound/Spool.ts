@@ -11,7 +11,6 @@ import { createWriteStream, mkdirSync, readdirSync, rmSync, type WriteStream } f
 import { open, rm } from "node:fs/promises"
 import { join } from "node:path"
 import type { Readable } from "node:stream"
-import { setFlagsFromString } from "node:v8"
 import { runInNewContext } from "node:vm"
 
 /**
@@ -19,10 +18,16 @@ import { runInNewContext } from "node:vm"
  * their memory lies outside the JavaScript heap, which barely grows meanwhile, so collections are
  * rare and 20-40 MB of dead chunks piled up between them. A young-generation collection (about a
  * millisecond) every MiB of a long stream frees them: a refused 1 GB stream then adds about +6 MB
- * (every 4 MB: +8 to +12 MB; never: +30-40 MB). `gc` is exposed to a separate context only, not to the service.
+ * (every 4 MB: +8 to +12 MB; never: +30-40 MB). The service's entry point (`main.ts`) exposes `gc`
+ * with a V8 flag at start; it is taken from a separate context, never given to the service's own
+ * code, and looked up at the first long stream (without the flag, as in tests run in process, the
+ * collections are skipped).
  */
-setFlagsFromString("--expose-gc")
-const collectYoung = runInNewContext("gc") as (options: { type: "minor"; execution: "sync" }) => void
+let youngCollector: ((options: { type: "minor"; execution: "sync" }) => void) | null | undefined
+const collectYoung = () => {
+  if (youngCollector === undefined) youngCollector = runInNewContext("typeof gc === 'function' ? gc : null")
+  youngCollector?.({ type: "minor", execution: "sync" })
+}
 const COLLECT_EVERY = 1024 * 1024
 
 const SPOOL_THRESHOLD = 1024 * 1024
@@ -113,7 +118,7 @@ export const receive = (stream: Readable, options: { readonly dir: string; reado
     stream.on("data", (chunk: Buffer) => {
       if (settled) return
       if (Math.floor((size + chunk.length) / COLLECT_EVERY) > Math.floor(size / COLLECT_EVERY)) {
-        collectYoung({ type: "minor", execution: "sync" })
+        collectYoung()
       }
       size += chunk.length
       if (size > options.limit) {

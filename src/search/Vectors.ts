@@ -77,7 +77,10 @@ export const topK = (scores: Float32Array, count: number, k: number, allowed?: (
 }
 
 export class VectorIndex extends Effect.Service<VectorIndex>()("mailroom/VectorIndex", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
+    // Loads run in the service's scope: a search that stops waiting leaves the shared load to finish
+    // for the others, and the service's end interrupts it.
+    const scope = yield* Effect.scope
     const sql = yield* SqlClient.SqlClient
     const cache = new Map<string, OrgVectors>()
     let clock = 0
@@ -144,7 +147,7 @@ export class VectorIndex extends Effect.Service<VectorIndex>()("mailroom/VectorI
           while ((yield* loadChunk(orgId, model)) === CHUNK) yield* Effect.sleep("1 millis")
           return cache.get(key)
         })
-        return Effect.forkDaemon(load).pipe(
+        return Effect.forkIn(load, scope).pipe(
           Effect.tap((fiber) =>
             Effect.sync(() => {
               loading.set(key, fiber)

@@ -114,8 +114,12 @@ const PaymentsEmailLive = Layer.provideMerge(
   )
 )
 
-/** Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers. */
-const DeliveryServicesBase = Layer.mergeAll(
+/**
+ * Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers, over
+ * the local-delivery port given (`LocalDelivery.Live`; tests that model two services joined by a
+ * relay pass `LocalDelivery.Off`).
+ */
+const deliveryServicesOver = (localDelivery: Layer.Layer<LocalDelivery>) => Layer.mergeAll(
   Recipients.Default,
   DeliveryAttempts.Default,
   OnEmailStoredLive,
@@ -136,13 +140,13 @@ const DeliveryServicesBase = Layer.mergeAll(
   OutboundRelay.Default,
   Sender.Default,
   // The port through which the send path hands mail for our own addresses to the inbound side.
-  LocalDelivery.Live,
+  localDelivery,
   // Payments: the HTTP flow's handlers and the email rail's ingestion and workers share one service.
   PaymentsEmailLive
 ).pipe(
   // The send path reports refused loops (send.loop_detected) through OrgEvents.
   Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default, RegistryDirectory.Default, OrgEvents.Default]),
-  Layer.provide(LocalDelivery.Live),
+  Layer.provide(localDelivery),
   Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default, DeliveryQueue.Default])
 )
 
@@ -151,10 +155,13 @@ const DeliveryServicesBase = Layer.mergeAll(
  * once the hooks stored with each email exist (sending/LocalDelivery.ts says why it is bound late):
  * every composition of the service delivers mail for its own addresses internally.
  */
-export const DeliveryServicesLive = LocalReceiverLive.pipe(
-  Layer.provide(WebhookSecrets.Default),
-  Layer.provideMerge(DeliveryServicesBase)
-)
+export const deliveryServices = (localDelivery: Layer.Layer<LocalDelivery> = LocalDelivery.Live) =>
+  LocalReceiverLive.pipe(
+    Layer.provide(WebhookSecrets.Default),
+    Layer.provideMerge(deliveryServicesOver(localDelivery))
+  )
+
+export const DeliveryServicesLive = deliveryServices()
 
 /** The handlers of every group of `MailroomApi`, one line per area. */
 const AreaHandlers = [

@@ -67,6 +67,9 @@ export class LocalDelivery extends Context.Tag("mailroom/LocalDelivery")<LocalDe
       }))
     }))
   )
+
+  /** No local delivery: every recipient goes to the relay (for tests that model two services joined by one). */
+  static readonly Off = Layer.succeed(LocalDelivery, { register: () => Effect.void, receiver: Effect.succeedNone })
 }
 
 const refusalText = (r: LocalRefusal) => `${r.address} (${r.code} ${r.response})`

@@ -44,6 +44,7 @@ import { EmbedderLive } from "./search/Embedder.js"
 import { SearchHttpLive } from "./search/Http.js"
 import { Recipients } from "./inbound/Recipients.js"
 import { SmtpServerLive } from "./inbound/SmtpServer.js"
+import { LocalReceiverLive } from "./inbound/Local.js"
 import { InboxHttpLive } from "./inbox/Http.js"
 import { ListenHttpLive } from "./listen/Http.js"
 import { MemoriesHttpLive } from "./memories/Http.js"
@@ -60,6 +61,7 @@ import { SettlementReconcilerLive } from "./payments/Reconciler.js"
 import { Mailer } from "./mail/Mailer.js"
 import { SendingHttpLive } from "./sending/Http.js"
 import { OutboundRelay } from "./sending/Relay.js"
+import { LocalDelivery } from "./sending/LocalDelivery.js"
 import { SendSchedulerLive, type SendSchedulerOptions } from "./sending/Scheduler.js"
 import { Sender } from "./sending/Sender.js"
 import { SendingRepo } from "./sending/Repo.js"
@@ -112,8 +114,12 @@ const PaymentsEmailLive = Layer.provideMerge(
   )
 )
 
-/** Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers. */
-export const DeliveryServicesLive = Layer.mergeAll(
+/**
+ * Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers, over
+ * the local-delivery port given (`LocalDelivery.Live`; tests that model two services joined by a
+ * relay pass `LocalDelivery.Off`).
+ */
+const deliveryServicesOver = (localDelivery: Layer.Layer<LocalDelivery>) => Layer.mergeAll(
   Recipients.Default,
   DeliveryAttempts.Default,
   OnEmailStoredLive,
@@ -133,13 +139,29 @@ export const DeliveryServicesLive = Layer.mergeAll(
   // One outbound relay pool and one send path for the API and the scheduled-send timers.
   OutboundRelay.Default,
   Sender.Default,
+  // The port through which the send path hands mail for our own addresses to the inbound side.
+  localDelivery,
   // Payments: the HTTP flow's handlers and the email rail's ingestion and workers share one service.
   PaymentsEmailLive
 ).pipe(
   // The send path reports refused loops (send.loop_detected) through OrgEvents.
   Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default, RegistryDirectory.Default, OrgEvents.Default]),
+  Layer.provide(localDelivery),
   Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, RoutesRepo.Default, WebhookSecrets.Default, Dns.Default, DeliveryQueue.Default])
 )
+
+/**
+ * The delivery pipeline's services with the local receiver registered into the send path's port,
+ * once the hooks stored with each email exist (sending/LocalDelivery.ts says why it is bound late):
+ * every composition of the service delivers mail for its own addresses internally.
+ */
+export const deliveryServices = (localDelivery: Layer.Layer<LocalDelivery> = LocalDelivery.Live) =>
+  LocalReceiverLive.pipe(
+    Layer.provide(WebhookSecrets.Default),
+    Layer.provideMerge(deliveryServicesOver(localDelivery))
+  )
+
+export const DeliveryServicesLive = deliveryServices()
 
 /** The handlers of every group of `MailroomApi`, one line per area. */
 const AreaHandlers = [

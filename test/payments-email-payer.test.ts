@@ -33,7 +33,8 @@ const Env = Layer.unwrapScoped(Effect.gen(function*() {
   const stub = yield* Effect.acquireRelease(Effect.promise(startFacilitatorStub), (s) => Effect.sync(s.close))
   const relay = yield* startTestRelay
   return Provisioning.Default.pipe(
-    Layer.provideMerge(testServerOn().pipe(
+    // Payer and payee stand for two services joined by the relay: this test hands relayed mail in itself.
+    Layer.provideMerge(testServerOn({ localDelivery: false }).pipe(
       Layer.provideMerge(testDatabase({
         X402_FACILITATOR_URL: stub.url,
         OUTBOUND_SMTP_URL: relay.url,

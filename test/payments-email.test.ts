@@ -35,7 +35,8 @@ const Env = Layer.unwrapScoped(Effect.gen(function*() {
   const hooks = yield* startHooks
   const relay = yield* startTestRelay
   return Provisioning.Default.pipe(
-    Layer.provideMerge(testServerOn().pipe(
+    // Payer and payee stand for two services joined by the relay: this test hands relayed mail in itself.
+    Layer.provideMerge(testServerOn({ localDelivery: false }).pipe(
       Layer.provide(clock.layer),
       Layer.provideMerge(testDatabase({
         X402_RPC_URL: chain.rpcUrl,

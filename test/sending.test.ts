@@ -237,7 +237,11 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail", (it) =>
         const r = yield* send(sender.token, { from: sender.inbox, to: `registry:${name}/billing`, cc: "cc@example.org", subject: "invoice", text: "t" })
         expect(r.status, r.text).toBe(201)
         expect(r.body.data.to).toEqual([owner.inbox])
-        expect((yield* relayed((x) => x.to.includes(owner.inbox))).length).toBe(1)
+        // The entry's address is an inbox of this service: delivered here, only the cc relayed.
+        expect((yield* relayed((x) => x.to.includes(owner.inbox))).length).toBe(0)
+        expect((yield* relayed((x) => x.to.includes("cc@example.org") && x.raw.includes("Subject: invoice"))).length).toBe(1)
+        const got = yield* call("GET", "/v1/emails", { token: owner.token })
+        expect(got.body.data.map((e: { subject: string }) => e.subject)).toEqual(["invoice"])
 
         const refused = yield* send(sender.token, { from: sender.inbox, to: `registry:${name}/support`, subject: "s", text: "t" })
         expect(refused.status).toBe(400)

@@ -19,8 +19,8 @@ import { asPortInUse } from "../platform/Ports.js"
 import { makeAnalyzePool } from "./AnalyzePool.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { SqlClient } from "@effect/sql"
-import { claimWakeCommand } from "../wake/Firing.js"
-import { commandOf, type CommandPart, mayCommand, useKeyOf, verifyCommand } from "../wake/Message.js"
+import { mayCommand } from "../wake/Message.js"
+import { checkCommand } from "./Commands.js"
 import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
 import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { InboundStore } from "./Store.js"
@@ -108,39 +108,15 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
     )
   }
 
-  /**
-   * Why a command signed with a recipient organization's secret is refused, if it is: signed for
-   * another function (or for none), naming no wake id, or used already (a replay). A command whose
-   * signature does not verify is not refused here: it is delivered unverified, as an unsigned one.
-   */
-  const signedCommandRefusal = (command: CommandPart, rcpts: ReadonlyArray<Recipient>) =>
-    Effect.gen(function*() {
-      if (command.signature === null) return undefined
-      for (const r of rcpts) {
-        if (r.wake === null) continue
-        const keys = Option.getOrElse(yield* secrets.signing(r.orgId), () => [])
-        if (!verifyCommand(command.signature, command.json, keys, Date.now())) continue
-        if (command.functionId !== r.wake.functionId) {
-          return `5.7.1 <${r.address}>: this signed command is for ${command.functionId === null ? "no named function" : "another function"}`
-        }
-        const key = useKeyOf(command)
-        if (key === null) return `5.7.1 <${r.address}>: a signed command must name its wake_id`
-        if (!(yield* claimWakeCommand(r.orgId, key))) return `5.7.1 <${r.address}>: this signed command was already used`
-      }
-      return undefined
-    }).pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.orDie)
-
   const process = async (raw: Buffer, session: SMTPServerSession, rcpts: Array<Recipient>) => {
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null
     // A wake address takes commands, nothing else: without one the whole message is refused.
-    let command: CommandPart | null = null
-    if (rcpts.some((r) => r.wake !== null)) {
-      const found = await commandOf(raw).catch((e: unknown) => ({ problem: `the message cannot be read (${String(e)})` }))
-      if ("problem" in found) return { _tag: "NoCommand", problem: found.problem } as const
-      command = found
-      const refusal = await run(signedCommandRefusal(found, rcpts))
-      if (refusal !== undefined) return { _tag: "Refused", reason: refusal } as const
-    }
+    const checked = await run(checkCommand(raw, rcpts).pipe(
+      Effect.provideService(WebhookSecrets, secrets),
+      Effect.provideService(SqlClient.SqlClient, sql)
+    ))
+    if (checked._tag !== "Command") return checked
+    const command = checked.command
     const analysis = await pool.analyze(
       raw,
       session.remoteAddress

@@ -36,6 +36,7 @@ import { type Mailbox, addressOf, domainOf, formatMailbox, parseMailbox } from "
 import { ATTACHMENTS_MAX_BYTES, MAX_RECIPIENTS, SCHEDULE_MAX_DAYS, SUBJECT_MAX_LENGTH } from "./Api.js"
 import { composeMessage } from "./Compose.js"
 import { DkimKeys } from "./Dkim.js"
+import { LocalDelivery, sendSplit } from "./LocalDelivery.js"
 import { OutboundRelay, type RelayError } from "./Relay.js"
 import { type ContentRow, type SentRow, SendingRepo, type StoredAttachment } from "./Repo.js"
 import { Threading } from "../threads/Threading.js"
@@ -236,6 +237,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     const repo = yield* SendingRepo
     const threading = yield* Threading
     const relay = yield* OutboundRelay
+    const local = yield* LocalDelivery
     const dkim = yield* DkimKeys
     const directory = yield* RegistryDirectory
     const config = yield* AppConfig
@@ -448,7 +450,13 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           const m = parseMailbox(s)
           return typeof m === "string" ? s : m.address
         })
-        const outcome = yield* Effect.either(relay.relay({ from: row.from_address, to: [...new Set(envelopeTo)] }, raw, row.subject))
+        // Recipients this service receives are delivered here; only the others go to the relay.
+        const outcome = yield* Effect.either(sendSplit(yield* local.receiver, (e, r) => relay.relay(e, r, row.subject), {
+          raw,
+          envelope: { from: row.from_address, to: [...new Set(envelopeTo)] },
+          from: row.from_address,
+          signed: Option.isSome(signing)
+        }))
         const done = yield* now
         if (Either.isLeft(outcome) && retryAt !== undefined) {
           const again = retryAt(outcome.left)

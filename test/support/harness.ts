@@ -17,7 +17,8 @@ import { DatabaseLive } from "../../src/platform/Database.js"
 import { SmtpServerLive } from "../../src/inbound/SmtpServer.js"
 import { DispatcherLive } from "../../src/deliveries/Dispatcher.js"
 import { type BacklogOptions, EmbeddingBacklogLive } from "../../src/search/Backlog.js"
-import { DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive, PaymentEmailWorkersLive, SendTimersLive, WakeTimersLive } from "../../src/Server.js"
+import { LocalDelivery } from "../../src/sending/LocalDelivery.js"
+import { deliveryServices, DeliveryServicesLive, HttpLive, loggerLayer, PlatformServicesLive, PaymentEmailWorkersLive, SendTimersLive, WakeTimersLive } from "../../src/Server.js"
 
 /**
  * A port found free can be taken by another test process before the server binds it; the server is
@@ -103,7 +104,14 @@ export const testDatabase = (overrides: Record<string, string> = {}) =>
   }))
 
 /** One HTTP server on a free port over the given database layer's services (and the embedding backlog when asked). */
-export const testServerOn = (options: { readonly embeddingBacklog?: BacklogOptions } = {}) =>
+export const testServerOn = (options: {
+  readonly embeddingBacklog?: BacklogOptions
+  /**
+   * false: mail for the service's own addresses goes to the relay too, as between two services (for
+   * tests that hand relayed mail back in over SMTP themselves, at the moment they choose).
+   */
+  readonly localDelivery?: boolean
+} = {}) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     const base = yield* AppConfig
     const port = yield* Effect.promise(freePort)
@@ -120,7 +128,7 @@ export const testServerOn = (options: { readonly embeddingBacklog?: BacklogOptio
       PaymentEmailWorkersLive({ pollMs: 50 }),
       Layer.succeed(TestServer, { port, smtpPort, baseUrl })
     ).pipe(
-      Layer.provide(DeliveryServicesLive),
+      Layer.provide(options.localDelivery === false ? deliveryServices(LocalDelivery.Off) : DeliveryServicesLive),
       Layer.provide(PlatformServicesLive),
       Layer.provide(loggerLayer),
       Layer.provide(Layer.succeed(AppConfig, config))

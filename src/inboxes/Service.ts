@@ -9,6 +9,7 @@ import { LIMITS, type Plan, upgradeHint } from "../contract/Plans.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { AppConfig } from "../platform/Config.js"
 import { randomToken } from "../platform/Secrets.js"
+import { sqlState } from "../platform/SqlErrors.js"
 import type { CreateInbox, UpdateInbox } from "./Api.js"
 import { type InboxRow, InboxesRepo, type InboxUsers, toInbox } from "./Repo.js"
 
@@ -102,8 +103,7 @@ export class InboxesService extends Effect.Service<InboxesService>()("mailroom/I
         }
         const displayName = input.display_name === undefined ? current.display_name : input.display_name
         return yield* repo.update(orgId, id, { address, displayName }).pipe(
-          Effect.catchIf((e) => e._tag === "SqlError" && (e.cause as { code?: string } | undefined)?.code === "23505",
-            () => Effect.fail(taken(address))),
+          Effect.catchIf((e) => sqlState(e) === "23505", () => Effect.fail(taken(address))),
           Effect.catchTag("SqlError", Effect.die),
           Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
         )
@@ -120,10 +120,16 @@ export class InboxesService extends Effect.Service<InboxesService>()("mailroom/I
         }
         const users = yield* Effect.orDie(repo.users(orgId, id))
         if (users.routes.length > 0) return yield* inUse("cannot delete the inbox", users)
-        return yield* Effect.flatMap(Effect.orDie(repo.remove(orgId, id)), Option.match({
+        // A route laid on the inbox since the check holds it by foreign key (SQLSTATE 23503).
+        const removed = yield* repo.remove(orgId, id).pipe(
+          Effect.catchIf((e) => sqlState(e) === "23503", () =>
+            Effect.flatMap(Effect.orDie(repo.users(orgId, id)), (u) => Effect.fail(inUse("cannot delete the inbox", u)))),
+          Effect.catchTag("SqlError", Effect.die)
+        )
+        return yield* Option.match(removed, {
           onNone: () => Effect.fail(notFound(id)),
           onSome: (r) => Effect.succeed(toInbox(r))
-        }))
+        })
       })
 
     const get = (orgId: string, id: string) => Effect.map(found(orgId, id), toInbox)

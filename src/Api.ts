@@ -14,6 +14,7 @@ import { DomainsApi } from "./domains/Api.js"
 import { EndpointsApi } from "./endpoints/Api.js"
 import { FiltersApi } from "./filters/Api.js"
 import { InboxApi } from "./inbox/Api.js"
+import { InboxesApi } from "./inboxes/Api.js"
 import { RoutesApi } from "./routes/Api.js"
 import { ListenApi } from "./listen/Api.js"
 import { FunctionsApi } from "./functions/Api.js"
@@ -152,6 +153,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(RoutesApi)
   .add(EmailsApi)
   .add(InboxApi)
+  .add(InboxesApi)
   .add(DownloadsApi)
   .add(DeliveriesApi)
   .add(AuthApi)

@@ -82,6 +82,7 @@ import { RegistryDirectory } from "./registries/Directory.js"
 import { RegistriesHttpLive } from "./registries/Http.js"
 import { RouteResolver } from "./routes/Resolver.js"
 import { RoutesHttpLive } from "./routes/Http.js"
+import { InboxesHttpLive } from "./inboxes/Http.js"
 import { RoutesRepo } from "./routes/Repo.js"
 import { ServiceHttpLive } from "./service/Http.js"
 import { ServiceRoutesLive } from "./service/Routes.js"
@@ -173,6 +174,7 @@ const AreaHandlers = [
   DownloadsHttpLive,
   DeliveriesHttpLive,
   InboxHttpLive,
+  InboxesHttpLive,
   ListenHttpLive,
   DomainsHttpLive,
   EndpointsHttpLive,

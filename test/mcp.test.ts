@@ -28,7 +28,7 @@ const ROOT = fileURLToPath(new URL("..", import.meta.url))
 const EXPECTED = [
   "get_account", "list_emails", "get_email", "search_emails", "wait_for_email", "send_email", "reply_to_email",
   "forward_email", "list_threads", "get_thread", "list_functions", "deploy_function", "invoke_function",
-  "get_memory", "put_memory", "schedule_wake", "resolve_registry_entry", "pay_challenge"
+  "get_memory", "put_memory", "schedule_wake", "resolve_registry_entry", "pay_challenge", "list_inboxes", "create_inbox"
 ]
 
 const FUNCTION_CODE = `export default { async fetch(request, env) { return new Response("ok from mcp") } }`
@@ -99,6 +99,15 @@ const exercise = (client: Client, org: Org, other: Org, tag: string) =>
 
     expect(dataOf(yield* tool("get_account")).id).toBe(org.orgId)
 
+    // Inboxes: one created through MCP is listed beside the default and takes mail like it.
+    const username = `mcp-${tag}-${Math.random().toString(36).slice(2, 7)}`
+    const inbox = dataOf(yield* tool("create_inbox", { username, display_name: `MCP ${tag}` }))
+    expect(inbox).toMatchObject({ username, display_name: `MCP ${tag}`, is_default: false })
+    const inboxes = dataOf(yield* tool("list_inboxes"))
+    expect(inboxes.map((i: { address: string }) => i.address).sort()).toEqual([org.address, inbox.address].sort())
+    expect(errorOf(yield* tool("create_inbox", { username: "not+valid" })).code).toBe("validation_error")
+    expect(errorOf(yield* tool("create_inbox", { username, display_name: "again" })).code).toBe("conflict")
+
     // wait_for_email: the call begins, then the mail is sent over SMTP.
     const subject = `hello mcp ${tag}`
     const began = Date.now()
@@ -158,6 +167,7 @@ const exercise = (client: Client, org: Org, other: Org, tag: string) =>
     expect(errorOf(yield* foreign("get_email", { id: email.id })).code).toBe("not_found")
     expect(errorOf(yield* foreign("get_thread", { id: email.thread_id })).code).toBe("not_found")
     expect(errorOf(yield* foreign("invoke_function", { id: fn.id })).code).toBe("not_found")
+    expect(dataOf(yield* foreign("list_inboxes", {})).map((i: { id: string }) => i.id)).not.toContain(inbox.id)
     yield* Effect.promise(() => theirs.close())
   })
 

@@ -776,7 +776,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         const e = yield* call("POST", "/v1/endpoints", { token, body: { url: "https://example.com/r", is_route_target: true } })
         const r = yield* call("POST", "/v1/routes", { token, body: { pattern: `Support@${domain.toUpperCase()}`, endpoint_id: e.body.data.id } })
         expect(r.status).toBe(201)
-        expect(Object.keys(r.body.data).sort()).toEqual(["created_at", "domain_id", "endpoint_id", "id", "pattern", "updated_at"])
+        expect(Object.keys(r.body.data).sort()).toEqual(["created_at", "domain_id", "endpoint_id", "id", "inbox_id", "pattern", "updated_at"])
         expect(r.body.data).toMatchObject({ pattern: `support@${domain}`, domain_id: domainId, endpoint_id: e.body.data.id })
         expectError(yield* call("POST", "/v1/routes", { token, body: { pattern: `support@${domain}`, endpoint_id: e.body.data.id } }), 409, "conflict")
 

@@ -41,6 +41,7 @@ const group = (name: string, summary: string, examples: ReadonlyArray<string>, c
 const auth = () => import("./commands/auth.js")
 const account = () => import("./commands/account.js")
 const resources = () => import("./commands/resources.js")
+const inboxes = () => import("./commands/inboxes.js")
 const mail = () => import("./commands/mail.js")
 const functions = () => import("./commands/functions.js")
 const wake = () => import("./commands/wake.js")
@@ -108,6 +109,13 @@ export const root: Group = group(
       cmd(S.routesAdd, () => resources().then((m) => m.routesAdd)),
       cmd(S.routesUpdate, () => resources().then((m) => m.routesUpdate)),
       cmd(S.routesRm, () => resources().then((m) => m.routesRm))
+    ]),
+    group("inboxes", "Addresses on the managed domain", ["mailroom inboxes create --username support"], [
+      cmd(S.inboxesList, () => inboxes().then((m) => m.inboxesList)),
+      cmd(S.inboxesCreate, () => inboxes().then((m) => m.inboxesCreate)),
+      cmd(S.inboxesGet, () => inboxes().then((m) => m.inboxesGet)),
+      cmd(S.inboxesRename, () => inboxes().then((m) => m.inboxesRename)),
+      cmd(S.inboxesDelete, () => inboxes().then((m) => m.inboxesDelete))
     ]),
     group("emails", "Received mail", ["mailroom emails list", "mailroom emails raw <id> > message.eml"], [
       cmd(S.emailsList, () => mail().then((m) => m.emailsList)),

@@ -13,7 +13,8 @@ export const PlanLimits = Schema.Struct({
   webhooks_max_global: Schema.NullOr(Schema.Number),
   webhooks_per_domain: Schema.Boolean,
   filters_per_domain: Schema.Boolean,
-  spam_thresholds_per_domain: Schema.Boolean
+  spam_thresholds_per_domain: Schema.Boolean,
+  inboxes_max: Schema.Number.annotations({ description: "inboxes on the managed domain, the default one included" })
 }).annotations({ identifier: "PlanLimits" })
 export type PlanLimits = typeof PlanLimits.Type
 
@@ -54,7 +55,8 @@ export const PLANS: Record<Plan, PlanDefinition> = {
       webhooks_max_global: 1,
       webhooks_per_domain: false,
       filters_per_domain: false,
-      spam_thresholds_per_domain: false
+      spam_thresholds_per_domain: false,
+      inboxes_max: 1
     },
     entitlements: ["send_mail", "send_to_known_addresses"]
   },
@@ -67,7 +69,8 @@ export const PLANS: Record<Plan, PlanDefinition> = {
       webhooks_max_global: 1,
       webhooks_per_domain: false,
       filters_per_domain: false,
-      spam_thresholds_per_domain: false
+      spam_thresholds_per_domain: false,
+      inboxes_max: 10
     },
     entitlements: ["custom_domains", "functions", "registries", "search", "send_mail"]
   },
@@ -80,7 +83,8 @@ export const PLANS: Record<Plan, PlanDefinition> = {
       webhooks_max_global: null,
       webhooks_per_domain: true,
       filters_per_domain: true,
-      spam_thresholds_per_domain: true
+      spam_thresholds_per_domain: true,
+      inboxes_max: 100
     },
     entitlements: ["custom_domains", "functions", "registries", "search", "send_mail"]
   }

@@ -27,6 +27,9 @@ export const demoId = (kind: string, n: number): string => {
 
 const at = (iso: string) => new Date(iso)
 
+/** The demo mailbox's one inbox (GET /inboxes would list it). */
+export const DEMO_INBOX_ID = demoId("inbox", 0)
+
 export const demoAccount: Account = {
   id: demoId("account", 0),
   email: "owner@demo.example",
@@ -169,6 +172,7 @@ const emailOf = (letter: Letter, i: number): DemoEmail => {
     cc: [...(letter.cc ?? [])],
     recipient: DEMO_INBOX,
     domain_id: null,
+    inbox_id: DEMO_INBOX_ID,
     subject: letter.subject,
     date: received,
     size_bytes: 620 + letter.text.length + letter.subject.length,
@@ -265,6 +269,7 @@ const messageRowOf = (e: DemoEmail): MessageRow => ({
   cc_addresses: e.summary.cc,
   subject: e.summary.subject,
   message_id: e.summary.message_id,
+  inbox_id: e.summary.inbox_id,
   body: e.text
 })
 

@@ -21,6 +21,7 @@ interface DemoDocument {
   readonly kind: "received" | "sent"
   readonly id: string
   readonly thread_id: string
+  readonly inbox_id: string | null
   readonly subject: string | null
   readonly from_name: string | null
   readonly from: string | null
@@ -35,6 +36,7 @@ const documents: ReadonlyArray<DemoDocument> = demoEmails
     kind: "received",
     id: e.summary.id,
     thread_id: e.summary.thread_id,
+    inbox_id: e.summary.inbox_id,
     subject: e.summary.subject,
     from_name: e.summary.from_name,
     from: e.summary.from,
@@ -80,7 +82,8 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
         (q.to === undefined || d.to.includes(q.to.toLowerCase())) &&
         (q.date_from === undefined || d.date >= q.date_from) &&
         (q.date_to === undefined || d.date <= q.date_to) &&
-        (q.thread_id === undefined || d.thread_id === q.thread_id)
+        (q.thread_id === undefined || d.thread_id === q.thread_id) &&
+        (q.inbox_id === undefined || d.inbox_id === q.inbox_id)
       )
 
     const lexical = (q: string, docs: ReadonlyArray<DemoDocument>, k: number) =>
@@ -169,6 +172,7 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
             kind: d.kind,
             id: d.id,
             thread_id: d.thread_id,
+            inbox_id: d.inbox_id,
             subject: d.subject,
             from: d.from,
             to: [...d.to],

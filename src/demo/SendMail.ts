@@ -10,7 +10,7 @@ import { CannotSendFromDomain, DiscardNotEnabled } from "../contract/Errors.js"
 import { asList, formatMailbox } from "../sending/Addresses.js"
 import type { SendMail, SentEmail } from "../sending/Api.js"
 import { validateSend } from "../sending/Sender.js"
-import { DEMO_INBOX, DEMO_NOW, demoAccount } from "./Dataset.js"
+import { DEMO_INBOX, DEMO_INBOX_ID, DEMO_NOW, demoAccount } from "./Dataset.js"
 
 const [LOCAL, DOMAIN] = DEMO_INBOX.split("@") as [string, string]
 
@@ -71,6 +71,7 @@ export const demoSendMail = (payload: SendMail) =>
       subject: payload.subject,
       message_id: `<${id}@${DOMAIN}>`,
       thread_id: uuidOf(createHash("sha256").update(`thread:${digest}`).digest("hex")),
+      inbox_id: v.from.address === DEMO_INBOX ? DEMO_INBOX_ID : null,
       in_reply_to: null,
       send_at: payload.send_at ?? null,
       sent_at: scheduled ? null : DEMO_NOW,

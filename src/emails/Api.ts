@@ -34,6 +34,7 @@ const summaryFields = {
   cc: Schema.Array(Schema.String),
   recipient: Schema.String,
   domain_id: Schema.NullOr(Uuid),
+  inbox_id: Schema.NullOr(Uuid).annotations({ description: "the inbox (GET /inboxes) it reached; null for a domain address" }),
   subject: Schema.NullOr(Schema.String),
   date: Schema.NullOr(DateTimeString),
   size_bytes: Schema.Int,
@@ -100,7 +101,8 @@ export const EmailListParams = allErrors(Schema.Struct({
   status: Schema.optionalWith(Schema.Literal("accepted", "rejected"), { exact: true }),
   date_from: Schema.optionalWith(DateTimeFilter, { exact: true }),
   date_to: Schema.optionalWith(DateTimeFilter, { exact: true }),
-  include: Schema.optionalWith(IncludeWake, { exact: true })
+  include: Schema.optionalWith(IncludeWake, { exact: true }),
+  inbox_id: Schema.optionalWith(Uuid, { exact: true }).annotations({ description: "only mail that reached this inbox" })
 }))
 
 export const DownloadParams = allErrors(Schema.Struct({

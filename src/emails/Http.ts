@@ -37,6 +37,7 @@ export const toSummary = (row: SummaryRow): EmailSummary => ({
   cc: row.cc_addresses,
   recipient: row.recipient,
   domain_id: row.domain_id,
+  inbox_id: row.inbox_id ?? null,
   subject: row.subject,
   date: row.sent_at,
   size_bytes: row.size_bytes,
@@ -102,7 +103,8 @@ export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handl
             ...(urlParams.status !== undefined ? { status: urlParams.status } : {}),
             ...(urlParams.date_from !== undefined ? { dateFrom: urlParams.date_from } : {}),
             ...(urlParams.date_to !== undefined ? { dateTo: urlParams.date_to } : {}),
-            includeWake: urlParams.include === "wake"
+            includeWake: urlParams.include === "wake",
+            ...(urlParams.inbox_id !== undefined ? { inboxId: urlParams.inbox_id } : {})
           })
           const last = page.rows[page.rows.length - 1]
           return {

@@ -10,6 +10,7 @@ export interface EmailRow {
   org_id: string
   thread_id: string
   domain_id: string | null
+  inbox_id: string | null
   recipient: string
   envelope_from: string | null
   from_address: string | null
@@ -37,7 +38,7 @@ export interface EmailRow {
 /** What a list shows of an email (`toSummary`): no headers, references or bodies. */
 export type SummaryRow = Omit<EmailRow, "headers" | "references" | "in_reply_to" | "org_id">
 
-const SUMMARY_COLUMNS = `id, thread_id, domain_id, recipient, envelope_from, from_address, from_name, to_addresses, cc_addresses,
+const SUMMARY_COLUMNS = `id, thread_id, domain_id, inbox_id, recipient, envelope_from, from_address, from_name, to_addresses, cc_addresses,
   subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, auto_submitted, event_type, status, rejection_reason,
   content_discarded_at, received_at`
 
@@ -52,6 +53,7 @@ export interface EmailListQuery {
   readonly dateTo?: Date
   /** List wake firings (event type `wake.command`) too; without it they are left out. */
   readonly includeWake?: boolean
+  readonly inboxId?: string
 }
 
 export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRepo", {
@@ -67,6 +69,7 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
       if (q.status !== undefined) conds.push(sql`status = ${q.status}`)
       if (q.dateFrom !== undefined) conds.push(sql`received_at >= ${q.dateFrom}`)
       if (q.dateTo !== undefined) conds.push(sql`received_at <= ${q.dateTo}`)
+      if (q.inboxId !== undefined) conds.push(sql`inbox_id = ${q.inboxId}`)
       return conds
     }
 

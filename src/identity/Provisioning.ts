@@ -58,7 +58,7 @@ export class Provisioning extends Effect.Service<Provisioning>()("mailroom/Provi
       return `${local}@${config.managedInboxDomain}`
     }
 
-    /** `name@domain` when free, else `name-<4 random>@domain`: ON CONFLICT keeps a caller's transaction usable. */
+    /** `name@domain` when free (no organization's inbox, default or created, has it), else `name-<4 random>@domain`: ON CONFLICT keeps a caller's transaction usable. */
     const namedAddress = (name: string, attempt: number) => {
       if (attempt === 0) return `${name}@${config.managedInboxDomain}`
       let suffix = ""
@@ -76,7 +76,8 @@ export class Provisioning extends Effect.Service<Provisioning>()("mailroom/Provi
           const address = input.inboxName === undefined ? managedAddress() : namedAddress(input.inboxName, attempt)
           const rows = yield* sql<{ id: string }>`
             INSERT INTO organizations (name, plan, managed_inbox_address)
-            VALUES (${input.name}, ${input.plan}, ${address})
+            SELECT ${input.name}::text, ${input.plan}::text, ${address}::text
+             WHERE NOT EXISTS (SELECT 1 FROM inboxes WHERE address = lower(${address}::text))
             ON CONFLICT (managed_inbox_address) DO NOTHING RETURNING id`
           if (rows[0]) {
             return { id: rows[0].id, name: input.name, plan: input.plan, managedInboxAddress: address } satisfies CreatedOrganization

@@ -137,12 +137,19 @@ export const tool = (name: string, group: string, endpoint: string, description?
 }
 
 /**
- * Every tool. Not yet here, each one line when its operation exists: `list_inboxes`
- * (`inboxes.list`), `create_inbox` (`inboxes.create`), `label_email` (`emails.update`),
- * `list_drafts` (`drafts.list`).
+ * Every tool. Not yet here, each one line when its operation exists: `label_email`
+ * (`emails.update`), `list_drafts` (`drafts.list`).
  */
 export const TOOLS: ReadonlyArray<ToolSpec> = [
   tool("get_account", "account", "get", "The caller's organization: plan, limits, entitlements, managed inbox address"),
+  tool("list_inboxes", "inboxes", "list", "The organization's inboxes on the managed domain (the default one included), newest first"),
+  tool(
+    "create_inbox",
+    "inboxes",
+    "create",
+    "Create an inbox on the managed domain (random username when none is given); its mail carries its inbox_id " +
+      "and send_email can use its address as from"
+  ),
   tool("list_emails", "emails", "list"),
   tool("get_email", "emails", "get"),
   tool("search_emails", "search", "search"),

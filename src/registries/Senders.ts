@@ -1,6 +1,6 @@
 /**
- * Which addresses an organization can send from: its managed inbox address, that address's `+tag`
- * forms, and every address at one of its verified domains. An entry's address must be one of these
+ * Which addresses an organization can send from: its managed inbox address, its other inboxes, their
+ * `+tag` forms, and every address at one of its verified domains. An entry's address must be one of these
  * for its publisher, when published and for as long as the entry is trusted (see `stillSendable`).
  */
 import { SqlClient } from "@effect/sql"
@@ -9,6 +9,8 @@ import { CannotSendFromDomain } from "../contract/Errors.js"
 
 export interface SendableAddresses {
   readonly managed: string | null
+  /** The organization's other inboxes on the managed domain (GET /inboxes), oldest first. */
+  readonly inboxes?: ReadonlyArray<string>
   /** Verified domains, sorted. */
   readonly domains: ReadonlyArray<string>
 }
@@ -25,17 +27,19 @@ export const baseAddress = (address: string) => {
 /** `address` is lowercased. */
 export const canSendFrom = (s: SendableAddresses, address: string): boolean =>
   (s.managed !== null && (address === s.managed || baseAddress(address) === s.managed)) ||
+  (s.inboxes ?? []).includes(baseAddress(address)) ||
   s.domains.includes(domainPart(address))
 
-/** What `details.valid_senders` lists: the managed inbox address, then the verified domains. */
+/** What `details.valid_senders` lists: the managed inbox address, the other inboxes, then the verified domains. */
 export const validSenders = (s: SendableAddresses): ReadonlyArray<string> => [
   ...(s.managed === null ? [] : [s.managed]),
+  ...(s.inboxes ?? []),
   ...s.domains
 ]
 
 /**
- * The sender of a send that names none: the managed inbox address when it is the organization's only
- * address (no verified domain); otherwise `undefined`, and the caller must choose.
+ * The sender of a send that names none: the managed inbox address when the organization has no
+ * verified domain (created inboxes do not change the default); otherwise `undefined`, and the caller must choose.
  */
 export const onlySender = (s: SendableAddresses): string | undefined =>
   s.managed !== null && s.domains.length === 0 ? s.managed : undefined
@@ -43,12 +47,18 @@ export const onlySender = (s: SendableAddresses): string | undefined =>
 export const sendableAddresses = (orgId: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql<{ managed: string | null; domains: ReadonlyArray<string> }>`
+    const rows = yield* sql<{ managed: string | null; inboxes: ReadonlyArray<string>; domains: ReadonlyArray<string> }>`
       SELECT o.managed_inbox_address AS managed,
+        coalesce((SELECT json_agg(i.address ORDER BY i.created_at, i.id) FROM inboxes i
+          WHERE i.org_id = o.id AND NOT i.is_default), '[]'::json) AS inboxes,
         coalesce((SELECT json_agg(d.domain ORDER BY d.domain) FROM domains d
           WHERE d.org_id = o.id AND d.verified_at IS NOT NULL), '[]'::json) AS domains
       FROM organizations o WHERE o.id = ${orgId}`.pipe(Effect.orDie)
-    return { managed: rows[0]?.managed ?? null, domains: rows[0]?.domains ?? [] } satisfies SendableAddresses
+    return {
+      managed: rows[0]?.managed ?? null,
+      inboxes: rows[0]?.inboxes ?? [],
+      domains: rows[0]?.domains ?? []
+    } satisfies SendableAddresses
   })
 
 /** Fails with 403 `cannot_send_from_domain` (listing `valid_senders`) unless the organization can send from `address`. */
@@ -58,8 +68,8 @@ export const requireSendable = (orgId: string, address: string) =>
     const valid = validSenders(s)
     return Effect.fail(
       new CannotSendFromDomain({
-        message: `${address} is not an address this organization can send from: use its managed inbox address ` +
-          `(or a +tag form of it) or an address at one of its verified domains (valid senders: ` +
+        message: `${address} is not an address this organization can send from: use one of its inbox addresses ` +
+          `(or a +tag form) or an address at one of its verified domains (valid senders: ` +
           `${valid.length === 0 ? "none" : valid.join(", ")})`,
         details: { valid_senders: valid }
       })

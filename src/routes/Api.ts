@@ -11,6 +11,9 @@ export const Route = Schema.Struct({
   id: Schema.UUID,
   pattern: Schema.String,
   domain_id: Schema.NullOr(Schema.UUID).annotations({ description: "null for the managed inbox" }),
+  inbox_id: Schema.NullOr(Schema.UUID).annotations({
+    description: "the inbox (GET /inboxes) whose address or +tag forms the pattern matches; null for a domain route"
+  }),
   endpoint_id: Schema.UUID,
   created_at: DateTimeString,
   updated_at: DateTimeString

@@ -13,6 +13,8 @@ export interface RouteRow {
   readonly pattern: string
   readonly domain_id: string | null
   readonly endpoint_id: string
+  /** Set by the database (migrations/0150) from the pattern: the managed-domain inbox it is on. */
+  readonly inbox_id: string | null
   readonly created_at: Date
   readonly updated_at: Date
 }
@@ -21,6 +23,7 @@ export const toRoute = (r: RouteRow): Route => ({
   id: r.id,
   pattern: r.pattern,
   domain_id: r.domain_id,
+  inbox_id: r.inbox_id,
   endpoint_id: r.endpoint_id,
   created_at: r.created_at,
   updated_at: r.updated_at

@@ -87,7 +87,8 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
 
     /**
      * Everything about each recipient's owner, one row per served recipient (`ord` says which): the
-     * owner is found by managed inbox address (or its `+tag` base) or by verified, active domain;
+     * owner is found by inbox address on the managed domain (the default or a created one, or its
+     * `+tag` base) or by verified, active domain;
      * each candidate is a correlated subquery on an index, evaluated for served recipients only.
      */
     const owners = (
@@ -110,8 +111,8 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
           FROM json_to_recordset(${input}::json) AS i(ord int, address text, base text, domain text, wake uuid)
           CROSS JOIN LATERAL (
             (SELECT o.id AS org_id, NULL::uuid AS domain_id, o.spam_threshold AS threshold, ${candidates(sql`o.id`, sql`NULL::uuid`)}, ${noWake}
-               FROM organizations o
-              WHERE i.domain = ${managed} AND i.wake IS NULL AND (o.managed_inbox_address = i.address OR o.managed_inbox_address = i.base)
+               FROM inboxes ib JOIN organizations o ON o.id = ib.org_id
+              WHERE i.domain = ${managed} AND i.wake IS NULL AND ib.address IN (i.address, i.base)
               LIMIT 1)
             UNION ALL
             (SELECT d.org_id, d.id, coalesce(d.spam_threshold, o.spam_threshold), ${candidates(sql`d.org_id`, sql`d.id`)}, ${noWake}

@@ -34,11 +34,10 @@ export class RoutesService extends Effect.Service<RoutesService>()("mailroom/Rou
         const p = parseRoutePattern(raw)
         if (p === undefined) return yield* invalid("pattern", "must be an address pattern such as support@acme.com or *@acme.com")
         if (p.domain === managed) {
-          const rows = yield* sql<{ a: string | null }>`SELECT managed_inbox_address AS a FROM organizations WHERE id = ${org}`
-            .pipe(Effect.orDie)
-          const inboxLocal = (rows[0]?.a ?? "").split("@")[0]!
-          if (inboxLocal === "" || !(p.local === inboxLocal || p.local.startsWith(`${inboxLocal}+`))) {
-            return yield* invalid("pattern", `on ${managed} only this organization's managed inbox address (and its +tag forms) can be routed`)
+          const rows = yield* sql<{ a: string }>`SELECT address AS a FROM inboxes WHERE org_id = ${org}`.pipe(Effect.orDie)
+          const locals = rows.map((r) => r.a.split("@")[0]!)
+          if (!locals.some((l) => p.local === l || p.local.startsWith(`${l}+`))) {
+            return yield* invalid("pattern", `on ${managed} only this organization's inbox addresses (and their +tag forms) can be routed`)
           }
           return { pattern: p.pattern, domainId: null }
         }

@@ -27,7 +27,8 @@ export const SearchQuery = allErrors(Schema.Struct({
   to: Schema.optionalWith(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(320)), { exact: true }).annotations({ description: "a recipient address (To or Cc)" }),
   date_from: Schema.optionalWith(DateTimeFilter, { exact: true }),
   date_to: Schema.optionalWith(DateTimeFilter, { exact: true }),
-  thread_id: Schema.optionalWith(Uuid, { exact: true })
+  thread_id: Schema.optionalWith(Uuid, { exact: true }),
+  inbox_id: Schema.optionalWith(Uuid, { exact: true }).annotations({ description: "only mail received at or sent from this inbox" })
 }))
 export type SearchQuery = typeof SearchQuery.Type
 
@@ -35,6 +36,7 @@ export const SearchResult = Schema.Struct({
   kind: Schema.Literal("received", "sent"),
   id: Uuid,
   thread_id: Schema.NullOr(Uuid),
+  inbox_id: Schema.NullOr(Uuid).annotations({ description: "the inbox it reached or was sent from; null for a domain address" }),
   subject: Schema.NullOr(Schema.String),
   from: Schema.NullOr(Schema.String),
   to: Schema.Array(Schema.String),

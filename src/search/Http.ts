@@ -30,7 +30,8 @@ export const SearchHttpLive = HttpApiBuilder.group(MailroomApi, "search", (handl
             to: p.to,
             dateFrom: p.date_from,
             dateTo: p.date_to,
-            threadId: p.thread_id
+            threadId: p.thread_id,
+            inboxId: p.inbox_id
           }
         })
         return { success: true as const, data: { results }, meta }

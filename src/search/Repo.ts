@@ -11,6 +11,7 @@ export interface SearchFilters {
   readonly dateFrom?: Date | undefined
   readonly dateTo?: Date | undefined
   readonly threadId?: string | undefined
+  readonly inboxId?: string | undefined
 }
 
 export interface Ranked {
@@ -22,6 +23,7 @@ export interface HitRow {
   readonly id: string
   readonly kind: "received" | "sent"
   readonly thread_id: string | null
+  readonly inbox_id: string | null
   readonly subject: string | null
   readonly from_address: string | null
   readonly to_addresses: ReadonlyArray<string>
@@ -48,6 +50,10 @@ export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRep
       if (f.threadId !== undefined) {
         conds.push(sql`(EXISTS (SELECT 1 FROM emails e WHERE e.id = d.email_id AND e.thread_id = ${f.threadId})
           OR EXISTS (SELECT 1 FROM sent_emails s WHERE s.id = d.sent_email_id AND s.thread_id = ${f.threadId}))`)
+      }
+      if (f.inboxId !== undefined) {
+        conds.push(sql`(EXISTS (SELECT 1 FROM emails e WHERE e.id = d.email_id AND e.inbox_id = ${f.inboxId})
+          OR EXISTS (SELECT 1 FROM sent_emails s WHERE s.id = d.sent_email_id AND s.inbox_id = ${f.inboxId}))`)
       }
       return sql.and(conds)
     }
@@ -93,7 +99,8 @@ export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRep
     /** The hits to show, in any order; ids no longer there (deleted) are simply absent. */
     const hydrate = (orgId: string, ids: ReadonlyArray<string>) =>
       ids.length === 0 ? Effect.succeed<ReadonlyArray<HitRow>>([]) : sql<HitRow>`
-        SELECT d.id, d.kind, coalesce(e.thread_id, s.thread_id) AS thread_id, d.subject, d.from_address,
+        SELECT d.id, d.kind, coalesce(e.thread_id, s.thread_id) AS thread_id,
+               coalesce(e.inbox_id, s.inbox_id) AS inbox_id, d.subject, d.from_address,
                coalesce(e.to_addresses, s.to_addresses, '[]'::jsonb) AS to_addresses, d.at, left(d.body, 1000) AS body
           FROM search_documents d LEFT JOIN emails e ON e.id = d.email_id LEFT JOIN sent_emails s ON s.id = d.sent_email_id
          WHERE d.org_id = ${orgId} AND d.id IN ${sql.in(ids)}`

@@ -94,6 +94,7 @@ const sentFields = {
   subject: Schema.String,
   message_id: Schema.String,
   thread_id: Schema.NullOr(Uuid),
+  inbox_id: Schema.NullOr(Uuid).annotations({ description: "the inbox (GET /inboxes) it was sent from; null for a domain address" }),
   in_reply_to: Schema.NullOr(Schema.String),
   send_at: Schema.NullOr(DateTimeString),
   sent_at: Schema.NullOr(DateTimeString),
@@ -127,7 +128,8 @@ export const SentListQuery = allErrors(Schema.Struct({
     description: "only messages with this recipient (to, cc or bcc; case is ignored)"
   }),
   date_from: Schema.optionalWith(DateTimeFilter, { exact: true }).annotations({ description: "created at or after" }),
-  date_to: Schema.optionalWith(DateTimeFilter, { exact: true }).annotations({ description: "created at or before" })
+  date_to: Schema.optionalWith(DateTimeFilter, { exact: true }).annotations({ description: "created at or before" }),
+  inbox_id: Schema.optionalWith(Uuid, { exact: true }).annotations({ description: "only mail sent from this inbox" })
 }))
 export type SentListQuery = typeof SentListQuery.Type
 

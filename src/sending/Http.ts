@@ -86,7 +86,8 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
             status: urlParams.status,
             to: urlParams.to,
             dateFrom: urlParams.date_from,
-            dateTo: urlParams.date_to
+            dateTo: urlParams.date_to,
+            inboxId: urlParams.inbox_id
           })
           return pageOf(rows, limit, total, toSentEmail)
         }))

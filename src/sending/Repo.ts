@@ -30,6 +30,8 @@ export interface SentRow {
   readonly subject: string
   readonly message_id: string
   readonly thread_id: string | null
+  /** Set by the database (migrations/0150) from the from address. */
+  readonly inbox_id?: string | null
   readonly in_reply_to: string | null
   readonly references: ReadonlyArray<string>
   readonly send_at: Date | null
@@ -104,6 +106,7 @@ export const toSentEmail = (r: SentRow): SentEmail => ({
   subject: r.subject,
   message_id: r.message_id,
   thread_id: r.thread_id,
+  inbox_id: r.inbox_id ?? null,
   in_reply_to: r.in_reply_to,
   send_at: r.send_at,
   sent_at: r.sent_at,
@@ -162,7 +165,8 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
       orgId: string,
       limit: number,
       after: Position | undefined,
-      f: { readonly status?: string | undefined; readonly to?: string | undefined; readonly dateFrom?: Date | undefined; readonly dateTo?: Date | undefined }
+      f: { readonly status?: string | undefined; readonly to?: string | undefined; readonly dateFrom?: Date | undefined; readonly dateTo?: Date | undefined
+        readonly inboxId?: string | undefined }
     ) => {
       const to = f.to?.trim().toLowerCase()
       return pageWithTotal<SentRow>(
@@ -176,7 +180,8 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
                  WHERE lower(x) = ${to} OR right(lower(x), ${to.length + 2}) = ${`<${to}>`})`]
             : []),
           ...(f.dateFrom !== undefined ? [sql`created_at >= ${f.dateFrom}`] : []),
-          ...(f.dateTo !== undefined ? [sql`created_at <= ${f.dateTo}`] : [])
+          ...(f.dateTo !== undefined ? [sql`created_at <= ${f.dateTo}`] : []),
+          ...(f.inboxId !== undefined ? [sql`inbox_id = ${f.inboxId}`] : [])
         ]),
         limit,
         after

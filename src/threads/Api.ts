@@ -21,7 +21,10 @@ const threadFields = {
   sent_count: Schema.Int,
   first_message_at: DateTimeString,
   last_message_at: DateTimeString,
-  snippet: Schema.String.annotations({ description: "at most 200 characters of the newest message's text" })
+  snippet: Schema.String.annotations({ description: "at most 200 characters of the newest message's text" }),
+  inbox_id: Schema.NullOr(Uuid).annotations({
+    description: "the inbox (GET /inboxes) of its first message that reached or left one; null when none did"
+  })
 }
 
 export const Thread = Schema.Struct(threadFields).annotations({ identifier: "Thread" })
@@ -36,7 +39,8 @@ export const ThreadMessage = Schema.Struct({
   subject: Schema.NullOr(Schema.String),
   date: DateTimeString.annotations({ description: "when it reached the conversation: received, or sent" }),
   message_id: Schema.NullOr(Schema.String),
-  snippet: Schema.String
+  snippet: Schema.String,
+  inbox_id: Schema.NullOr(Uuid).annotations({ description: "the inbox it reached or was sent from; null for a domain address" })
 }).annotations({ identifier: "ThreadMessage" })
 export type ThreadMessage = typeof ThreadMessage.Type
 
@@ -56,7 +60,10 @@ export const ThreadListQuery = allErrors(Schema.Struct({
   }),
   date_from: Schema.optionalWith(DateTimeFilter, { exact: true }).annotations({ description: "last activity at or after" }),
   date_to: Schema.optionalWith(DateTimeFilter, { exact: true }).annotations({ description: "last activity at or before" }),
-  include: Schema.optionalWith(IncludeWake, { exact: true })
+  include: Schema.optionalWith(IncludeWake, { exact: true }),
+  inbox_id: Schema.optionalWith(Uuid, { exact: true }).annotations({
+    description: "only threads with a message received at or sent from this inbox"
+  })
 }))
 
 export class ThreadsApi extends HttpApiGroup.make("threads")

@@ -40,7 +40,8 @@ export const toMessage = (m: MessageRow): ThreadMessage => ({
   subject: m.subject,
   date: m.at,
   message_id: m.message_id,
-  snippet: snippetOf(m.body)
+  snippet: snippetOf(m.body),
+  inbox_id: m.inbox_id ?? null
 })
 
 /** A thread from its aggregate row and its messages (oldest first). */
@@ -58,7 +59,8 @@ export const toThread = (t: ThreadRow, messages: ReadonlyArray<MessageRow>): Thr
     sent_count: t.sent_count,
     first_message_at: t.first_message_at,
     last_message_at: t.last_message_at,
-    snippet: snippetOf(newest?.body ?? null)
+    snippet: snippetOf(newest?.body ?? null),
+    inbox_id: messages.find((m) => m.inbox_id != null)?.inbox_id ?? null
   }
 }
 
@@ -79,7 +81,8 @@ export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (han
             participant: urlParams.participant,
             dateFrom: urlParams.date_from,
             dateTo: urlParams.date_to,
-            includeWake
+            includeWake,
+            inboxId: urlParams.inbox_id
           })
           const page = rows.slice(0, limit)
           const messages = yield* repo.messagesOf(orgId, page.map((t) => t.id), includeWake)

@@ -23,6 +23,8 @@ export interface MessageRow {
   readonly cc_addresses: ReadonlyArray<string>
   readonly subject: string | null
   readonly message_id: string | null
+  /** The inbox it reached or was sent from (null for a domain address). */
+  readonly inbox_id?: string | null
   /** The start of the text body (null when there is none, or its content was discarded). */
   readonly body: string | null
 }
@@ -35,6 +37,8 @@ export interface ThreadListQuery {
   readonly dateTo?: Date | undefined
   /** Count wake firings (received mail of event type `wake.command`) as messages; left out otherwise. */
   readonly includeWake?: boolean | undefined
+  /** Only threads with a message received at or sent from this inbox. */
+  readonly inboxId?: string | undefined
 }
 
 /** Characters of a body read for a snippet (whitespace is collapsed before the cut). */
@@ -61,20 +65,25 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
       // Sent mail counts once it is sent: a scheduled, failed or canceled send is not part of the conversation.
       return sql`
         SELECT e.thread_id, 'received'::text AS direction, e.id, e.received_at AS at, e.from_address, e.to_addresses,
-               e.cc_addresses, e.subject, e.message_id, ${body} AS body
+               e.cc_addresses, e.subject, e.message_id, ${body} AS body, e.inbox_id
           FROM emails e ${join} WHERE e.org_id = ${orgId} AND e.status = 'accepted' ${wake}
         UNION ALL
         SELECT s.thread_id, 'sent'::text, s.id, coalesce(s.sent_at, s.created_at), s.from_address, s.to_addresses,
-               s.cc_addresses, s.subject, s.message_id, ${sentBody}
+               s.cc_addresses, s.subject, s.message_id, ${sentBody}, s.inbox_id
           FROM sent_emails s ${sentJoin} WHERE s.org_id = ${orgId} AND s.status = 'sent'`
     }
 
     const list = (orgId: string, q: ThreadListQuery) =>
       Effect.gen(function*() {
-        const having = q.participant === undefined ? sql`` : sql`HAVING bool_or(
+        const groupConds = []
+        if (q.participant !== undefined) {
+          groupConds.push(sql`bool_or(
           lower(from_address) = ${q.participant.toLowerCase()}
           OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(to_addresses || cc_addresses) a
-                      WHERE lower(a) = ${q.participant.toLowerCase()} OR lower(a) LIKE ${`%<${q.participant.toLowerCase()}>`}))`
+                      WHERE lower(a) = ${q.participant.toLowerCase()} OR lower(a) LIKE ${`%<${q.participant.toLowerCase()}>`}))`)
+        }
+        if (q.inboxId !== undefined) groupConds.push(sql`bool_or(inbox_id IS NOT DISTINCT FROM ${q.inboxId}::uuid)`)
+        const having = groupConds.length === 0 ? sql`` : sql`HAVING ${sql.and(groupConds)}`
         const conds = [sql`true`]
         if (q.dateFrom !== undefined) conds.push(sql`last_message_at >= ${q.dateFrom}`)
         if (q.dateTo !== undefined) conds.push(sql`last_message_at <= ${q.dateTo}`)

@@ -1,0 +1,19 @@
+/** Handlers of Inboxes: they translate; InboxesService decides. */
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect, Layer } from "effect"
+import { MailroomApi } from "../Api.js"
+import { CurrentPrincipal } from "../contract/Security.js"
+import { InboxesService } from "./Service.js"
+
+export const InboxesHttpLive = HttpApiBuilder.group(MailroomApi, "inboxes", (handlers) =>
+  Effect.gen(function*() {
+    const inboxes = yield* InboxesService
+    const orgId = Effect.map(CurrentPrincipal, (p) => p.orgId)
+
+    return handlers
+      .handle("create", ({ payload }) => Effect.flatMap(orgId, (org) => inboxes.create(org, payload)))
+      .handle("list", ({ urlParams }) => Effect.flatMap(orgId, (org) => inboxes.list(org, urlParams)))
+      .handle("get", ({ path }) => Effect.flatMap(orgId, (org) => inboxes.get(org, path.id)))
+      .handle("update", ({ path, payload }) => Effect.flatMap(orgId, (org) => inboxes.update(org, path.id, payload)))
+      .handle("remove", ({ path }) => Effect.flatMap(orgId, (org) => inboxes.remove(org, path.id)))
+  })).pipe(Layer.provide(InboxesService.Default))

@@ -1,0 +1,91 @@
+/** SQL of Inboxes. */
+import { SqlClient } from "@effect/sql"
+import { Effect, Option } from "effect"
+import type { Position } from "../contract/Paging.js"
+import { pageWithTotal } from "../platform/Listing.js"
+import type { Plan } from "../contract/Plans.js"
+import type { Inbox } from "./Api.js"
+
+export interface InboxRow {
+  readonly id: string
+  readonly org_id: string
+  readonly address: string
+  readonly display_name: string | null
+  readonly is_default: boolean
+  readonly created_at: Date
+  readonly updated_at: Date
+}
+
+export const toInbox = (r: InboxRow): Inbox => ({
+  id: r.id,
+  address: r.address,
+  username: r.address.slice(0, r.address.lastIndexOf("@")),
+  display_name: r.display_name,
+  is_default: r.is_default,
+  created_at: r.created_at,
+  updated_at: r.updated_at
+})
+
+/** What uses an inbox: routes on its address, and the functions those routes deliver to. */
+export interface InboxUsers {
+  readonly routes: ReadonlyArray<string>
+  readonly functions: ReadonlyArray<string>
+}
+
+export class InboxesRepo extends Effect.Service<InboxesRepo>()("mailroom/InboxesRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const list = (orgId: string, limit: number, after: Position | undefined) =>
+      pageWithTotal<InboxRow>(sql, "inboxes", sql`org_id = ${orgId}`, limit, after)
+
+    const find = (orgId: string, id: string) =>
+      Effect.map(sql<InboxRow>`SELECT * FROM inboxes WHERE id = ${id} AND org_id = ${orgId}`, (r) => Option.fromNullable(r[0]))
+
+    /**
+     * The plan and inbox count of an organization, its row locked so concurrent creates count one
+     * after another. Two statements: a statement that waited for the lock still counts with the
+     * snapshot it started with; the next one sees what the lock holder committed.
+     */
+    const lockCount = (orgId: string) =>
+      Effect.gen(function*() {
+        const plan = yield* sql<{ plan: Plan }>`SELECT plan FROM organizations WHERE id = ${orgId} FOR UPDATE`
+        const count = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM inboxes WHERE org_id = ${orgId}`
+        return { plan: plan[0]?.plan ?? ("agent" as const), n: count[0]?.n ?? 0 }
+      })
+
+    const insert = (orgId: string, address: string, displayName: string | null) =>
+      Effect.map(
+        sql<InboxRow>`INSERT INTO inboxes (org_id, address, display_name) VALUES (${orgId}, ${address}, ${displayName})
+          ON CONFLICT (address) DO NOTHING RETURNING *`,
+        (r) => Option.fromNullable(r[0])
+      )
+
+    const update = (orgId: string, id: string, set: { readonly address: string; readonly displayName: string | null }) =>
+      Effect.map(
+        sql<InboxRow>`UPDATE inboxes SET address = ${set.address}, display_name = ${set.displayName},
+            updated_at = date_trunc('milliseconds', now())
+          WHERE id = ${id} AND org_id = ${orgId} RETURNING *`,
+        (r) => Option.fromNullable(r[0])
+      )
+
+    const users = (orgId: string, id: string) =>
+      Effect.map(
+        sql<{ route_id: string; function_id: string | null }>`
+          SELECT r.id AS route_id, e.function_id FROM routes r LEFT JOIN endpoints e ON e.id = r.endpoint_id
+           WHERE r.org_id = ${orgId} AND r.inbox_id = ${id} ORDER BY r.created_at, r.id`,
+        (rows): InboxUsers => ({
+          routes: rows.map((r) => r.route_id),
+          functions: [...new Set(rows.flatMap((r) => r.function_id === null ? [] : [r.function_id]))]
+        })
+      )
+
+    const remove = (orgId: string, id: string) =>
+      Effect.map(
+        sql<InboxRow>`DELETE FROM inboxes WHERE id = ${id} AND org_id = ${orgId} AND NOT is_default RETURNING *`,
+        (r) => Option.fromNullable(r[0])
+      )
+
+    return { list, find, lockCount, insert, update, users, remove } as const
+  })
+}) {}

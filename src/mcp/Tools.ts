@@ -138,13 +138,13 @@ export const tool = (name: string, group: string, endpoint: string, description?
 
 /**
  * Every tool. Not yet here, each one line when its operation exists: `list_inboxes`
- * (`inboxes.list`), `create_inbox` (`inboxes.create`), `label_email` (`emails.update`),
- * `list_drafts` (`drafts.list`).
+ * (`inboxes.list`), `create_inbox` (`inboxes.create`), `list_drafts` (`drafts.list`).
  */
 export const TOOLS: ReadonlyArray<ToolSpec> = [
   tool("get_account", "account", "get", "The caller's organization: plan, limits, entitlements, managed inbox address"),
   tool("list_emails", "emails", "list"),
   tool("get_email", "emails", "get"),
+  tool("label_email", "emails", "update", "Set an email's labels (the new set, replacing the old) and/or mark it read or unread; answers the email"),
   tool("search_emails", "search", "search"),
   tool(
     "wait_for_email",

@@ -3,7 +3,7 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { allErrors, DateTimeFilter, DateTimeString, IdPath, Ok, OkList, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
-import { IncludeWake } from "../emails/Api.js"
+import { IncludeWake, Label } from "../emails/Api.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
 import { ThreadWatch } from "../wake/Api.js"
@@ -21,7 +21,9 @@ const threadFields = {
   sent_count: Schema.Int,
   first_message_at: DateTimeString,
   last_message_at: DateTimeString,
-  snippet: Schema.String.annotations({ description: "at most 200 characters of the newest message's text" })
+  snippet: Schema.String.annotations({ description: "at most 200 characters of the newest message's text" }),
+  labels: Schema.Array(Schema.String).annotations({ description: "every label of its received emails, sorted" }),
+  unread_count: Schema.Int.annotations({ description: "its received emails not marked read" })
 }
 
 export const Thread = Schema.Struct(threadFields).annotations({ identifier: "Thread" })
@@ -56,7 +58,8 @@ export const ThreadListQuery = allErrors(Schema.Struct({
   }),
   date_from: Schema.optionalWith(DateTimeFilter, { exact: true }).annotations({ description: "last activity at or after" }),
   date_to: Schema.optionalWith(DateTimeFilter, { exact: true }).annotations({ description: "last activity at or before" }),
-  include: Schema.optionalWith(IncludeWake, { exact: true })
+  include: Schema.optionalWith(IncludeWake, { exact: true }),
+  label: Schema.optionalWith(Label, { exact: true }).annotations({ description: "only threads with an email carrying this label" })
 }))
 
 export class ThreadsApi extends HttpApiGroup.make("threads")

@@ -58,7 +58,9 @@ export const toThread = (t: ThreadRow, messages: ReadonlyArray<MessageRow>): Thr
     sent_count: t.sent_count,
     first_message_at: t.first_message_at,
     last_message_at: t.last_message_at,
-    snippet: snippetOf(newest?.body ?? null)
+    snippet: snippetOf(newest?.body ?? null),
+    labels: [...new Set(messages.flatMap((m) => m.labels))].sort(),
+    unread_count: messages.filter((m) => m.direction === "received" && !m.read).length
   }
 }
 
@@ -79,7 +81,8 @@ export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (han
             participant: urlParams.participant,
             dateFrom: urlParams.date_from,
             dateTo: urlParams.date_to,
-            includeWake
+            includeWake,
+            label: urlParams.label
           })
           const page = rows.slice(0, limit)
           const messages = yield* repo.messagesOf(orgId, page.map((t) => t.id), includeWake)

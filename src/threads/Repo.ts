@@ -25,6 +25,9 @@ export interface MessageRow {
   readonly message_id: string | null
   /** The start of the text body (null when there is none, or its content was discarded). */
   readonly body: string | null
+  /** Received mail's labels and read state (sent mail: none, and read). */
+  readonly labels: ReadonlyArray<string>
+  readonly read: boolean
 }
 
 export interface ThreadListQuery {
@@ -35,6 +38,8 @@ export interface ThreadListQuery {
   readonly dateTo?: Date | undefined
   /** Count wake firings (received mail of event type `wake.command`) as messages; left out otherwise. */
   readonly includeWake?: boolean | undefined
+  /** Only threads with a message that carries this label. */
+  readonly label?: string | undefined
 }
 
 /** Characters of a body read for a snippet (whitespace is collapsed before the cut). */
@@ -61,20 +66,24 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
       // Sent mail counts once it is sent: a scheduled, failed or canceled send is not part of the conversation.
       return sql`
         SELECT e.thread_id, 'received'::text AS direction, e.id, e.received_at AS at, e.from_address, e.to_addresses,
-               e.cc_addresses, e.subject, e.message_id, ${body} AS body
+               e.cc_addresses, e.subject, e.message_id, ${body} AS body, e.labels, e.read
           FROM emails e ${join} WHERE e.org_id = ${orgId} AND e.status = 'accepted' ${wake}
         UNION ALL
         SELECT s.thread_id, 'sent'::text, s.id, coalesce(s.sent_at, s.created_at), s.from_address, s.to_addresses,
-               s.cc_addresses, s.subject, s.message_id, ${sentBody}
+               s.cc_addresses, s.subject, s.message_id, ${sentBody}, '[]'::jsonb, true
           FROM sent_emails s ${sentJoin} WHERE s.org_id = ${orgId} AND s.status = 'sent'`
     }
 
     const list = (orgId: string, q: ThreadListQuery) =>
       Effect.gen(function*() {
-        const having = q.participant === undefined ? sql`` : sql`HAVING bool_or(
+        const having: Array<Statement.Fragment> = []
+        if (q.participant !== undefined) {
+          having.push(sql`bool_or(
           lower(from_address) = ${q.participant.toLowerCase()}
           OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(to_addresses || cc_addresses) a
-                      WHERE lower(a) = ${q.participant.toLowerCase()} OR lower(a) LIKE ${`%<${q.participant.toLowerCase()}>`}))`
+                      WHERE lower(a) = ${q.participant.toLowerCase()} OR lower(a) LIKE ${`%<${q.participant.toLowerCase()}>`}))`)
+        }
+        if (q.label !== undefined) having.push(sql`bool_or(labels @> ${JSON.stringify([q.label])}::jsonb)`)
         const conds = [sql`true`]
         if (q.dateFrom !== undefined) conds.push(sql`last_message_at >= ${q.dateFrom}`)
         if (q.dateTo !== undefined) conds.push(sql`last_message_at <= ${q.dateTo}`)
@@ -88,7 +97,7 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
                    count(*) FILTER (WHERE direction = 'received')::int AS received_count,
                    count(*) FILTER (WHERE direction = 'sent')::int AS sent_count,
                    min(at) AS first_message_at, max(at) AS last_message_at
-              FROM m GROUP BY thread_id ${having}),
+              FROM m GROUP BY thread_id ${having.length === 0 ? sql`` : sql`HAVING ${sql.and(having)}`}),
           f AS (SELECT * FROM t WHERE ${sql.and(conds)}),
           p AS (SELECT * FROM f WHERE ${sql.and(page)} ORDER BY last_message_at DESC, id DESC LIMIT ${q.limit + 1})
           SELECT n.page_total, p.* FROM (SELECT count(*)::int AS page_total FROM f) n LEFT JOIN p ON true

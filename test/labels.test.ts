@@ -6,8 +6,12 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import nodemailer, { type SendMailOptions } from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
+import { type CliEnv, runCli } from "./support/cli.js"
 import { TestServer, testService } from "./support/harness.js"
 import { call } from "./support/http.js"
 
@@ -165,5 +169,51 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("labels and read sta
         const bad = yield* call("GET", "/v1/threads?label=NO", { token: org.apiKey })
         expect([bad.status, bad.body.error.code]).toEqual([400, "validation_error"])
       }))
+  })
+
+  describe("CLI", () => {
+    it.effect("mailroom emails label --add/--remove/--clear, read, unread, and list --label/--unread", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const server = yield* TestServer
+        const env: CliEnv = {
+          baseUrl: server.baseUrl,
+          configHome: mkdtempSync(join(tmpdir(), "mailroom-cli-")),
+          extra: { MAILROOM_API_KEY: org.apiKey }
+        }
+        const cli = (...args: Array<string>) => Effect.promise(() => runCli(args, env))
+        const e = yield* receive(org.apiKey, { from: "ann@example.com", to: org.address, subject: "Cli", text: "x", messageId: mid("cli") })
+        const other = yield* receive(org.apiKey, { from: "bob@example.com", to: org.address, subject: "Other", text: "y", messageId: mid("cli2") })
+
+        const added = yield* cli("emails", "label", e.id, "--add", "inbox", "--add", "todo")
+        expect(added.code, added.stderr).toBe(0)
+        expect(added.stdout).toContain(`Labels of ${e.id}: inbox, todo`)
+        const changed = yield* cli("emails", "label", e.id, "--add", "done", "--remove", "todo", "--json")
+        expect(changed.code, changed.stderr).toBe(0)
+        expect(JSON.parse(changed.stdout).labels).toEqual(["done", "inbox"])
+
+        const read = yield* cli("emails", "read", e.id)
+        expect([read.code, read.stdout.trim()]).toEqual([0, `Marked ${e.id} read`])
+        const listed = yield* cli("emails", "list", "--label", "done", "--json")
+        expect(JSON.parse(listed.stdout).data.map((x: { id: string }) => x.id)).toEqual([e.id])
+        const unreadOnly = yield* cli("emails", "list", "--unread", "--json")
+        expect(JSON.parse(unreadOnly.stdout).data.map((x: { id: string }) => x.id)).toEqual([other.id])
+        expect((yield* cli("emails", "unread", e.id)).stdout.trim()).toBe(`Marked ${e.id} unread`)
+        expect(JSON.parse((yield* cli("emails", "list", "--unread", "--json")).stdout).data.length).toBe(2)
+
+        const cleared = yield* cli("emails", "label", e.id, "--clear", "--json")
+        expect(JSON.parse(cleared.stdout).labels).toEqual([])
+
+        // Refusals: nothing to do (usage), a bad label (the API's validation_error), another id (not found).
+        const nothing = yield* cli("emails", "label", e.id)
+        expect(nothing.code).not.toBe(0)
+        expect(nothing.stderr).toContain("--add LABEL, --remove LABEL or --clear")
+        const bad = yield* cli("emails", "label", e.id, "--add", "Not OK")
+        expect(bad.code).not.toBe(0)
+        expect(bad.stderr).toMatch(/labels/)
+        const missing = yield* cli("emails", "read", "00000000-0000-4000-8000-000000000000")
+        expect(missing.code).not.toBe(0)
+        expect(missing.stderr).toMatch(/not found/)
+      }), { timeout: 300_000 })
   })
 })

@@ -27,7 +27,7 @@ const htmlAsText = (html: string) =>
       { selector: "tr", format: "block" },
       { selector: "td", format: "inline" }
     ]
-  })
+  }).replace(/\n{3,}/g, "\n\n") // `<div><br></div>` spacers: one blank line is what the reader saw
 
 /**
  * The new text of a message (the text part, else the HTML part), trimmed; null when it has no body.

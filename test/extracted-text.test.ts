@@ -6,6 +6,7 @@
  * `webhooks` section documents it, and search ranks a message whose own words match above one that
  * only quotes them.
  */
+import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { readdirSync, readFileSync } from "node:fs"
@@ -92,6 +93,31 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("extracted_text", (i
           expect(payload, c.name).toBeDefined()
           expect(payload.email.extracted_text, c.name).toBe(c.expected)
         }
+      }))
+  })
+
+  describe("stored mail", () => {
+    it.effect("mail stored before the text was extracted gets it when shown; discarded content takes it away", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg()
+        const sql = yield* SqlClient.SqlClient
+        const c = corpus.find((x) => x.name === "outlook-original-message")!
+        yield* smtp({ envelope: { from: "sender@example.net", to: [org.address] }, raw: c.raw })
+        const email = yield* emailByMessageId(org.apiKey, c.messageId)
+        const [stored] = yield* sql<{ extracted_text: string | null }>`SELECT extracted_text FROM email_contents WHERE email_id = ${email.id}`
+        expect(stored!.extracted_text).toBe(c.expected)
+
+        // As a row written before migration 0155 looks.
+        yield* sql`UPDATE email_contents SET extracted_text = NULL WHERE email_id = ${email.id}`
+        expect((yield* emailByMessageId(org.apiKey, c.messageId)).extracted_text).toBe(c.expected)
+
+        // Discarded as the delivery pipeline does it: the content goes, and the reply text with it (API and index).
+        yield* sql`UPDATE emails SET content_discarded_at = now() WHERE id = ${email.id}`
+        yield* sql`DELETE FROM email_contents WHERE email_id = ${email.id}`
+        const gone = yield* emailByMessageId(org.apiKey, c.messageId)
+        expect([gone.content_discarded, gone.text, gone.extracted_text]).toEqual([true, null, null])
+        const [doc] = yield* sql<{ extracted: string | null }>`SELECT extracted FROM search_documents WHERE id = ${email.id}`
+        expect(doc!.extracted).toBeNull()
       }))
   })
 

@@ -233,7 +233,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("input screen", (it)
         for (const [method, path, allow] of [
           ["DELETE", "/v1/health", "GET"],
           ["POST", "/v1/health", "GET"],
-          ["PUT", `/v1/emails/${id}`, "DELETE, GET"],
+          ["PUT", `/v1/emails/${id}`, "DELETE, GET, PATCH"],
           ["PATCH", "/v1/emails", "GET"],
           ["GET", "/v1/cli/login/start", "POST"],
           ["DELETE", "/v1/endpoints", "GET, POST"]

@@ -26,7 +26,7 @@ const ROOT = fileURLToPath(new URL("..", import.meta.url))
 
 /** The tools of the contract whose operations exist in this service. */
 const EXPECTED = [
-  "get_account", "list_emails", "get_email", "search_emails", "wait_for_email", "send_email", "reply_to_email",
+  "get_account", "list_emails", "get_email", "label_email", "search_emails", "wait_for_email", "send_email", "reply_to_email",
   "forward_email", "list_threads", "get_thread", "list_functions", "deploy_function", "invoke_function",
   "get_memory", "put_memory", "schedule_wake", "resolve_registry_entry", "pay_challenge", "list_inboxes", "create_inbox"
 ]
@@ -126,6 +126,12 @@ const exercise = (client: Client, org: Org, other: Org, tag: string) =>
     expect(dataOf(listed).map((e: { id: string }) => e.id)).toContain(email.id)
     expect(listed.structuredContent.meta.limit).toBe(5)
     expect(dataOf(yield* tool("get_email", { id: email.id })).text).toContain("agreement paperwork")
+    // label_email: the same operation as PATCH /v1/emails/{id}.
+    const labelled = dataOf(yield* tool("label_email", { id: email.id, labels: ["legal", "agent:todo", "legal"], read: true }))
+    expect([labelled.labels, labelled.read]).toEqual([["agent:todo", "legal"], true])
+    expect(dataOf(yield* tool("list_emails", { label: "legal", unread: false })).map((e: { id: string }) => e.id)).toEqual([email.id])
+    expect(errorOf(yield* tool("label_email", { id: email.id, labels: ["Not Valid"] })).code).toBe("validation_error")
+    expect(errorOf(yield* tool("label_email", { id: email.id })).code).toBe("validation_error")
     const found = dataOf(yield* tool("search_emails", { q: "paperwork", mode: "lexical" }))
     expect(found.results.map((r: { id: string }) => r.id)).toContain(email.id)
     expect(dataOf(yield* tool("list_threads", { limit: 10 })).map((t: { id: string }) => t.id)).toContain(email.thread_id)
@@ -165,6 +171,7 @@ const exercise = (client: Client, org: Org, other: Org, tag: string) =>
     const foreign = (name: string, args: Record<string, unknown>) =>
       Effect.promise(() => theirs.callTool({ name, arguments: args }) as Promise<Result>)
     expect(errorOf(yield* foreign("get_email", { id: email.id })).code).toBe("not_found")
+    expect(errorOf(yield* foreign("label_email", { id: email.id, read: false })).code).toBe("not_found")
     expect(errorOf(yield* foreign("get_thread", { id: email.thread_id })).code).toBe("not_found")
     expect(errorOf(yield* foreign("invoke_function", { id: fn.id })).code).toBe("not_found")
     expect(dataOf(yield* foreign("list_inboxes", {})).map((i: { id: string }) => i.id)).not.toContain(inbox.id)

@@ -577,7 +577,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expect(payload.event).toBe("email.received")
         expect(got.headers["mailroom-event-id"]).toBe(payload.id)
         expect(Object.keys(payload.email).sort()).toEqual([
-          "attachments", "attachments_url", "auth", "auto_submitted", "content_truncated", "date", "from", "headers", "html", "id", "in_reply_to",
+          "attachments", "attachments_url", "auth", "auto_submitted", "content_truncated", "date", "extracted_text", "from", "headers", "html", "id", "in_reply_to",
           "message_id", "raw_url", "recipient", "references", "size_bytes", "spam_score", "subject", "text", "thread_id", "to"
         ])
         expect(payload.email.recipient).toBe(inbox)

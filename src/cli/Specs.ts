@@ -408,14 +408,45 @@ export const emailsList = leaf({
     sender: text("sender", "ADDRESS", "only mail from this address"),
     eventType: text("event-type", "TYPE", "only this event type, e.g. email.received", { field: "event_type" }),
     status: choice("status", ["accepted", "rejected"], "only accepted or rejected mail"),
-    includeWake: flag("include-wake", "also list wake firings (event type wake.command), left out by default")
+    includeWake: flag("include-wake", "also list wake firings (event type wake.command), left out by default"),
+    label: text("label", "LABEL", "only mail with this label"),
+    unread: flag("unread", "only mail not marked read")
   },
   args: {},
   examples: [
     "mailroom emails list --sender ada@example.com",
     "mailroom emails list --from 2026-01-01T00:00:00Z --all --json",
-    "mailroom emails list --include-wake"
+    "mailroom emails list --include-wake",
+    "mailroom emails list --label invoices --unread"
   ]
+})
+
+export const emailsLabel = leaf({
+  name: "label",
+  summary: "Add or remove labels of an email (1-64 of a-z, 0-9, _, : and -; at most 20)",
+  flags: {
+    add: many("add", "LABEL", "a label to add"),
+    remove: many("remove", "LABEL", "a label to remove"),
+    clear: flag("clear", "remove every label first")
+  },
+  args: { id: idArg("email", "mailroom emails list") },
+  examples: [`mailroom emails label ${ID} --add invoices --remove inbox`, `mailroom emails label ${ID} --clear`]
+})
+
+export const emailsRead = leaf({
+  name: "read",
+  summary: "Mark an email read",
+  flags: {},
+  args: { id: idArg("email", "mailroom emails list") },
+  examples: [`mailroom emails read ${ID}`]
+})
+
+export const emailsUnread = leaf({
+  name: "unread",
+  summary: "Mark an email unread",
+  flags: {},
+  args: { id: idArg("email", "mailroom emails list") },
+  examples: [`mailroom emails unread ${ID}`]
 })
 
 export const emailsGet = leaf({

@@ -120,6 +120,9 @@ export const root: Group = group(
     group("emails", "Received mail", ["mailroom emails list", "mailroom emails raw <id> > message.eml"], [
       cmd(S.emailsList, () => mail().then((m) => m.emailsList)),
       cmd(S.emailsGet, () => mail().then((m) => m.emailsGet)),
+      cmd(S.emailsLabel, () => mail().then((m) => m.emailsLabel)),
+      cmd(S.emailsRead, () => mail().then((m) => m.emailsRead)),
+      cmd(S.emailsUnread, () => mail().then((m) => m.emailsUnread)),
       cmd(S.emailsRaw, () => mail().then((m) => m.emailsRaw)),
       cmd(S.emailsAttachments, () => mail().then((m) => m.emailsAttachments))
     ]),

@@ -9,6 +9,7 @@
 import { Effect, Layer, Option } from "effect"
 import { downloadUrls } from "../emails/Http.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
+import { replyTextOf } from "../emails/ReplyText.js"
 import { evaluateFilters, evaluateRules } from "../filters/Evaluate.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { eventOf, type InboundMessage, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
@@ -124,6 +125,7 @@ export const OnEmailStoredLive = Layer.effect(
             references: p.references,
             text: p.text,
             html: p.html,
+            extracted_text: replyTextOf(p),
             headers: p.headers,
             size_bytes: message.raw.length,
             spam_score: message.spam.score,

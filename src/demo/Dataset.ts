@@ -8,6 +8,7 @@ import { createHash } from "node:crypto"
 import type { Account } from "../account/Api.js"
 import { entitlementsOf, LIMITS } from "../contract/Plans.js"
 import type { Email, EmailSummary } from "../emails/Api.js"
+import { extractReplyText } from "../emails/ReplyText.js"
 import type { WebhookDelivery } from "../deliveries/Api.js"
 import type { MessageRow } from "../threads/Repo.js"
 import type { ThreadWatch } from "../wake/Api.js"
@@ -181,6 +182,8 @@ const emailOf = (letter: Letter, i: number): DemoEmail => {
     auto_submitted: false,
     attachment_count: 0,
     content_discarded: false,
+    labels: [],
+    read: false,
     received_at: received
   }
   const references = referencesOf(i)
@@ -208,6 +211,7 @@ const emailOf = (letter: Letter, i: number): DemoEmail => {
       headers,
       text: letter.text,
       html: null,
+      extracted_text: extractReplyText(letter.text, null),
       attachments: [],
       raw_url: `${baseUrl}/v1/demo/emails/${id}`,
       attachments_url: `${baseUrl}/v1/demo/emails/${id}`
@@ -269,8 +273,10 @@ const messageRowOf = (e: DemoEmail): MessageRow => ({
   cc_addresses: e.summary.cc,
   subject: e.summary.subject,
   message_id: e.summary.message_id,
-  inbox_id: e.summary.inbox_id,
-  body: e.text
+    inbox_id: e.summary.inbox_id,
+    body: e.text,
+    labels: e.summary.labels,
+    read: e.summary.read
 })
 
 /** The job application waits for an answer: a watch wakes the agent's triage function after 48 hours of silence. */

@@ -58,6 +58,8 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
             (q.event_type === undefined || e.event_type === q.event_type) &&
             (q.status === undefined || e.status === q.status) &&
             (q.inbox_id === undefined || e.inbox_id === q.inbox_id) &&
+            (q.label === undefined || e.labels.includes(q.label)) &&
+            (q.unread === undefined || e.read !== q.unread) &&
             within(e.received_at, q.date_from, q.date_to)
           ).map((e) => ({ ...e, created_at: e.received_at }))
           return page(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, ({ created_at: _, ...e }) => e)
@@ -75,6 +77,7 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
           const rows = demoThreads.map(threadOf).filter((t) =>
             (participant === undefined || t.participants.includes(participant)) &&
             (q.inbox_id === undefined || t.inbox_id === q.inbox_id) &&
+            (q.label === undefined || t.labels.includes(q.label)) &&
             within(t.last_message_at, q.date_from, q.date_to)
           ).map((t) => ({ ...t, created_at: t.last_message_at }))
           return page(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, ({ created_at: _, ...t }) => t)

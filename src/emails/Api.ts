@@ -1,7 +1,7 @@
 /** Contract of the Emails area: received mail, its raw MIME and attachments. */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { allErrors, DateTimeFilter, DateTimeString, IdPath, Ok, OkList, Uuid } from "../contract/Envelope.js"
+import { allErrors, DateTimeFilter, DateTimeString, IdPath, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { Authentication } from "../contract/Security.js"
 
@@ -17,6 +17,20 @@ export const EmailAttachment = Schema.Struct({
   size_bytes: Schema.Int,
   download_url: Schema.String.annotations({ description: "signed, valid 24 hours; bearer auth works without the token" })
 }).annotations({ identifier: "EmailAttachment" })
+
+/** Labels are a small set of tags a caller or agent keeps on an email (Gmail-like, lowercase). */
+export const MAX_LABELS = 20
+export const LABEL_PATTERN = /^[a-z0-9_:-]{1,64}$/
+
+export const Label = Schema.String.pipe(
+  Schema.pattern(LABEL_PATTERN, { message: () => "each label must be 1-64 characters of a-z, 0-9, _, : and -" })
+).annotations({ description: "1-64 characters of a-z, 0-9, `_`, `:` and `-`" })
+
+/** What the organization keeps on a received email besides the message: its labels and read state. */
+const stateFields = {
+  labels: Schema.Array(Schema.String).annotations({ description: "the email's labels, sorted (PATCH /emails/{id} sets them)" }),
+  read: Schema.Boolean.annotations({ description: "false until marked read (PATCH /emails/{id} {read: true})" })
+}
 
 const summaryFields = {
   id: Uuid,
@@ -46,6 +60,7 @@ const summaryFields = {
   }),
   attachment_count: Schema.Int,
   content_discarded: Schema.Boolean,
+  ...stateFields,
   received_at: DateTimeString
 }
 
@@ -72,6 +87,10 @@ export const Email = Schema.Struct({
   headers: HeaderMap,
   text: Schema.NullOr(Schema.String),
   html: Schema.NullOr(Schema.String),
+  extracted_text: Schema.NullOr(Schema.String).annotations({
+    description: "the new text of the message without quoted history or signature (from the text part, else the HTML); " +
+      "null when it has no body or its content was discarded"
+  }),
   attachments: Schema.Array(EmailAttachment),
   raw_url: Schema.String,
   attachments_url: Schema.String
@@ -102,8 +121,24 @@ export const EmailListParams = allErrors(Schema.Struct({
   date_from: Schema.optionalWith(DateTimeFilter, { exact: true }),
   date_to: Schema.optionalWith(DateTimeFilter, { exact: true }),
   include: Schema.optionalWith(IncludeWake, { exact: true }),
-  inbox_id: Schema.optionalWith(Uuid, { exact: true }).annotations({ description: "only mail that reached this inbox" })
+    inbox_id: Schema.optionalWith(Uuid, { exact: true }).annotations({ description: "only mail that reached this inbox" }),
+    label: Schema.optionalWith(Label, { exact: true }).annotations({ description: "only emails with this label" }),
+    unread: Schema.optionalWith(Schema.BooleanFromString, { exact: true }).annotations({
+      description: "`true`: only unread emails; `false`: only read ones"
+    })
 }))
+
+export const UpdateEmail = strict(Schema.Struct({
+  labels: Schema.optionalWith(
+    Schema.Array(Label).pipe(Schema.maxItems(MAX_LABELS, { message: () => `at most ${MAX_LABELS} labels` })),
+    { exact: true }
+  ).annotations({ description: `the new set of labels (replaces the old one; duplicates collapse), at most ${MAX_LABELS}` }),
+  read: Schema.optionalWith(Schema.Boolean, { exact: true }).annotations({ description: "mark the email read or unread" })
+})).pipe(
+  Schema.filter((b) => Object.keys(b).length > 0 || "at least one property is required (labels or read)"),
+  Schema.annotations({ identifier: "UpdateEmail" })
+)
+export type UpdateEmail = typeof UpdateEmail.Type
 
 export const DownloadParams = allErrors(Schema.Struct({
   token: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(1024)), { exact: true })
@@ -126,6 +161,18 @@ export class EmailsApi extends HttpApiGroup.make("emails")
       .addSuccess(Ok(Email, "Email"))
       .addError(Wire.NotFound)
       .annotate(OpenApi.Summary, "One received email with its content and download links")
+  )
+  .add(
+    HttpApiEndpoint.patch("update", "/emails/:id")
+      .setPath(IdPath)
+      .setPayload(UpdateEmail)
+      .addSuccess(Ok(Email, "Email"))
+      .addError(Wire.NotFound)
+      .annotate(OpenApi.Summary, "Set an email's labels or read state")
+      .annotate(
+        OpenApi.Description,
+        "`labels` replaces the email's set of labels (`[]` clears it); `read` marks it read or unread. Answers the email."
+      )
   )
   .add(
     HttpApiEndpoint.del("delete", "/emails/:id")

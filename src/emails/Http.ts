@@ -22,6 +22,7 @@ import { setHeader } from "../platform/HttpHeaders.js"
 import type { Email, EmailSummary } from "./Api.js"
 import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
 import { type EmailRow, EmailsRepo, type SummaryRow } from "./Repo.js"
+import { extractReplyText } from "./ReplyText.js"
 
 export const toSummary = (row: SummaryRow): EmailSummary => ({
   id: row.id,
@@ -46,6 +47,8 @@ export const toSummary = (row: SummaryRow): EmailSummary => ({
   auto_submitted: row.auto_submitted,
   attachment_count: row.attachments.length,
   content_discarded: row.content_discarded_at !== null,
+  labels: row.labels,
+  read: row.read,
   received_at: row.received_at
 })
 
@@ -63,8 +66,18 @@ export const downloadUrls = (base: string, emailId: string, attachments: number)
     }
   })
 
+/**
+ * The stored reply text; mail stored before it was computed at ingestion (its column null while
+ * there is a body) gets it computed here.
+ */
+const replyText = (row: { text_body: string | null; html_body: string | null; extracted_text?: string | null }) =>
+  row.extracted_text ?? (row.text_body !== null || row.html_body !== null ? extractReplyText(row.text_body, row.html_body) : null)
+
 /** One received email as the API shows it (`GET /emails/{id}`), with fresh download links. */
-export const toEmail = (base: string, row: EmailRow & { text_body: string | null; html_body: string | null }) =>
+export const toEmail = (
+  base: string,
+  row: EmailRow & { text_body: string | null; html_body: string | null; extracted_text?: string | null }
+) =>
   Effect.map(downloadUrls(base, row.id, row.attachments.length), (urls): Email => ({
     ...toSummary(row),
     in_reply_to: row.in_reply_to,
@@ -72,6 +85,7 @@ export const toEmail = (base: string, row: EmailRow & { text_body: string | null
     headers: row.headers,
     text: row.content_discarded_at === null ? row.text_body : null,
     html: row.content_discarded_at === null ? row.html_body : null,
+    extracted_text: row.content_discarded_at === null ? replyText(row) : null,
     attachments: row.attachments.map((a, i) => ({
       filename: a.filename,
       content_type: a.content_type,
@@ -103,6 +117,8 @@ export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handl
             ...(urlParams.status !== undefined ? { status: urlParams.status } : {}),
             ...(urlParams.date_from !== undefined ? { dateFrom: urlParams.date_from } : {}),
             ...(urlParams.date_to !== undefined ? { dateTo: urlParams.date_to } : {}),
+            ...(urlParams.label !== undefined ? { label: urlParams.label } : {}),
+            ...(urlParams.unread !== undefined ? { unread: urlParams.unread } : {}),
             includeWake: urlParams.include === "wake",
             ...(urlParams.inbox_id !== undefined ? { inboxId: urlParams.inbox_id } : {})
           })
@@ -120,6 +136,12 @@ export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handl
         Effect.gen(function*() {
           const { orgId } = yield* CurrentPrincipal
           const row = yield* Effect.flatten(repo.find(orgId, path.id)).pipe(Effect.mapError(() => notFound))
+          return yield* toEmail(config.publicBaseUrl, row).pipe(Effect.provideService(DownloadTokens, tokens))
+        }))
+      .handle("update", ({ path, payload }) =>
+        Effect.gen(function*() {
+          const { orgId } = yield* CurrentPrincipal
+          const row = yield* Effect.flatten(repo.update(orgId, path.id, payload)).pipe(Effect.mapError(() => notFound))
           return yield* toEmail(config.publicBaseUrl, row).pipe(Effect.provideService(DownloadTokens, tokens))
         }))
       .handle("delete", ({ path }) =>

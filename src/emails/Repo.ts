@@ -32,7 +32,16 @@ export interface EmailRow {
   status: "accepted" | "rejected"
   rejection_reason: string | null
   content_discarded_at: Date | null
+  labels: Array<string>
+  read: boolean
   received_at: Date
+}
+
+/** An email with its content columns (`GET /emails/{id}`). */
+export type EmailWithContent = EmailRow & {
+  text_body: string | null
+  html_body: string | null
+  extracted_text: string | null
 }
 
 /** What a list shows of an email (`toSummary`): no headers, references or bodies. */
@@ -40,7 +49,7 @@ export type SummaryRow = Omit<EmailRow, "headers" | "references" | "in_reply_to"
 
 const SUMMARY_COLUMNS = `id, thread_id, domain_id, inbox_id, recipient, envelope_from, from_address, from_name, to_addresses, cc_addresses,
   subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, auto_submitted, event_type, status, rejection_reason,
-  content_discarded_at, received_at`
+  content_discarded_at, labels, read, received_at`
 
 export interface EmailListQuery {
   readonly limit: number
@@ -54,6 +63,8 @@ export interface EmailListQuery {
   /** List wake firings (event type `wake.command`) too; without it they are left out. */
   readonly includeWake?: boolean
   readonly inboxId?: string
+  readonly label?: string
+  readonly unread?: boolean
 }
 
 export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRepo", {
@@ -70,6 +81,8 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
       if (q.dateFrom !== undefined) conds.push(sql`received_at >= ${q.dateFrom}`)
       if (q.dateTo !== undefined) conds.push(sql`received_at <= ${q.dateTo}`)
       if (q.inboxId !== undefined) conds.push(sql`inbox_id = ${q.inboxId}`)
+      if (q.label !== undefined) conds.push(sql`labels @> ${JSON.stringify([q.label])}::jsonb`)
+      if (q.unread !== undefined) conds.push(q.unread ? sql`NOT read` : sql`read`)
       return conds
     }
 
@@ -95,9 +108,20 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
       }).pipe(Effect.orDie)
 
     const find = (orgId: string, id: string) =>
-      sql<EmailRow & { text_body: string | null; html_body: string | null }>`
-        SELECT e.*, c.text_body, c.html_body FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
+      sql<EmailWithContent>`
+        SELECT e.*, c.text_body, c.html_body, c.extracted_text FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
         WHERE e.id = ${id} AND e.org_id = ${orgId}`.pipe(Effect.map((r) => Option.fromNullable(r[0])), Effect.orDie)
+
+    /** Sets the labels (sorted, without duplicates) and/or the read state; none when the email is not the organization's. */
+    const update = (orgId: string, id: string, change: { readonly labels?: ReadonlyArray<string>; readonly read?: boolean }) => {
+      const labels = change.labels === undefined ? null : JSON.stringify([...new Set(change.labels)].sort())
+      return sql<{ id: string }>`
+        UPDATE emails SET labels = coalesce(${labels}::jsonb, labels), read = coalesce(${change.read ?? null}::boolean, read)
+        WHERE id = ${id} AND org_id = ${orgId} RETURNING id`.pipe(
+        Effect.flatMap((rows) => (rows.length === 0 ? Effect.succeedNone : find(orgId, id))),
+        Effect.orDie
+      )
+    }
 
     /** Deletes the email; when it was its thread's last message, the thread's watches end with it. */
     const remove = (orgId: string, id: string) =>
@@ -117,6 +141,6 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
         Effect.orDie
       )
 
-    return { list, find, remove, raw } as const
+    return { list, find, update, remove, raw } as const
   })
 }) {}

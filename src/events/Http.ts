@@ -106,8 +106,8 @@ export const EventsHttpLive = HttpApiBuilder.group(MailroomApi, "events", (handl
           }
           if (urlParams.subject_contains !== undefined) conds.push(sql`e.subject ILIKE ${likePattern(urlParams.subject_contains)}`)
           if (urlParams.recipient !== undefined) conds.push(sql`lower(e.recipient) = ${urlParams.recipient.toLowerCase()}`)
-          const take = sql<EmailRow & { text_body: string | null; html_body: string | null }>`
-            SELECT e.*, c.text_body, c.html_body FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
+          const take = sql<EmailRow & { text_body: string | null; html_body: string | null; extracted_text: string | null }>`
+            SELECT e.*, c.text_body, c.html_body, c.extracted_text FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
             WHERE ${sql.and(conds)} ORDER BY e.received_at, e.id LIMIT 1`.pipe(Effect.orDie)
           let rows = yield* take
           const wait = urlParams.timeout_seconds ?? WAIT_DEFAULT_SECONDS

@@ -21,6 +21,7 @@ import { randomUUID } from "node:crypto"
 import { makeBatcher } from "../platform/Batching.js"
 import { sqlState } from "../platform/SqlErrors.js"
 import { AppConfig } from "../platform/Config.js"
+import { replyTextOf } from "../emails/ReplyText.js"
 import { documentRow } from "../search/Document.js"
 import { Threading } from "../threads/Threading.js"
 import type { AuthResults } from "./Authenticity.js"
@@ -190,7 +191,14 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
           if (email.status === "accepted" && sender !== undefined && sender.includes("@")) {
             known.set(`${r.orgId} ${sender}`, { org_id: r.orgId, address: sender })
           }
-          contents.push({ email_id: email.id, raw: message.raw.subarray(0, RAW_PIECE_BYTES), text_body: p.text, html_body: p.html })
+          const extracted = replyTextOf(p)
+          contents.push({
+            email_id: email.id,
+            raw: message.raw.subarray(0, RAW_PIECE_BYTES),
+            text_body: p.text,
+            html_body: p.html,
+            extracted_text: extracted
+          })
           // Spam-rejected mail is stored but never searched.
           if (indexing && email.status === "accepted") {
             documents.push(documentRow({
@@ -203,7 +211,8 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
               recipients: [...p.to, ...p.cc, r.address],
               subject: p.subject,
               text: p.text,
-              html: p.html
+              html: p.html,
+              extractedText: extracted
             }))
           }
           attached.push(...extra)

@@ -137,8 +137,7 @@ export const tool = (name: string, group: string, endpoint: string, description?
 }
 
 /**
- * Every tool. Not yet here, each one line when its operation exists: `label_email`
- * (`emails.update`), `list_drafts` (`drafts.list`).
+ * Every tool. Not yet here, each one line when its operation exists: `list_drafts` (`drafts.list`).
  */
 export const TOOLS: ReadonlyArray<ToolSpec> = [
   tool("get_account", "account", "get", "The caller's organization: plan, limits, entitlements, managed inbox address"),
@@ -152,6 +151,7 @@ export const TOOLS: ReadonlyArray<ToolSpec> = [
   ),
   tool("list_emails", "emails", "list"),
   tool("get_email", "emails", "get"),
+  tool("label_email", "emails", "update", "Set an email's labels (the new set, replacing the old) and/or mark it read or unread; answers the email"),
   tool("search_emails", "search", "search"),
   tool(
     "wait_for_email",

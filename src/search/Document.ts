@@ -41,6 +41,8 @@ export interface SearchDocumentInput {
   readonly subject: string | null
   readonly text: string | null
   readonly html: string | null
+  /** The reply text (src/emails/ReplyText.ts): ranked above the rest of the body. */
+  readonly extractedText?: string | null
 }
 
 /** The row of `search_documents` (its `at` defaults to the statement's time, as the message's does). */
@@ -53,7 +55,8 @@ export const documentRow = (d: SearchDocumentInput): Record<string, unknown> => 
   from_name: d.fromName,
   recipients: JSON.stringify([...new Set(d.recipients.map((a) => a.toLowerCase()))]),
   subject: d.subject,
-  body: searchBody(d.text, d.html)
+  body: searchBody(d.text, d.html),
+  extracted: d.extractedText?.slice(0, BODY_CHARS) ?? null
 })
 
 /**

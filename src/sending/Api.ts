@@ -117,6 +117,9 @@ export const SentEmailDetail = Schema.Struct({
   ...sentFields,
   text: Schema.NullOr(Schema.String),
   html: Schema.NullOr(Schema.String),
+  extracted_text: Schema.NullOr(Schema.String).annotations({
+    description: "the new text of the message without quoted history or signature; null without a body or once discarded"
+  }),
   attachments: Schema.Array(SentAttachment)
 }).annotations({ identifier: "SentEmailDetail" })
 export type SentEmailDetail = typeof SentEmailDetail.Type

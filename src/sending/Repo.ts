@@ -6,6 +6,7 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Option } from "effect"
 import type { Position } from "../contract/Paging.js"
+import { extractReplyText } from "../emails/ReplyText.js"
 import { pageWithTotal } from "../platform/Listing.js"
 import type { SentEmail, SentEmailDetail, SentStatus } from "./Api.js"
 
@@ -55,6 +56,8 @@ export interface SentRow {
 export interface ContentRow {
   readonly text_body: string | null
   readonly html_body: string | null
+  /** The reply text (src/emails/ReplyText.ts), computed when the row is written; absent on a new row's content. */
+  readonly extracted_text?: string | null
   readonly headers: Record<string, string>
   readonly attachments: ReadonlyArray<StoredAttachment>
 }
@@ -120,6 +123,10 @@ export const toSentEmailDetail = (r: SentRow, c: Option.Option<ContentRow>): Sen
   ...toSentEmail(r),
   text: Option.match(c, { onNone: () => null, onSome: (x) => x.text_body }),
   html: Option.match(c, { onNone: () => null, onSome: (x) => x.html_body }),
+  extracted_text: Option.match(c, {
+    onNone: () => null,
+    onSome: (x) => x.extracted_text ?? (x.text_body !== null || x.html_body !== null ? extractReplyText(x.text_body, x.html_body) : null)
+  }),
   attachments: r.attachments
 })
 
@@ -135,8 +142,9 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
     const recordSentEmail = (m: NewSentEmail) =>
       sql<SentRow>`
         WITH content AS (
-          INSERT INTO sent_email_contents (sent_email_id, text_body, html_body, headers, attachments)
-          VALUES (${m.id}, ${m.content.text_body}, ${m.content.html_body}, ${JSON.stringify(m.content.headers)}::jsonb,
+          INSERT INTO sent_email_contents (sent_email_id, text_body, html_body, extracted_text, headers, attachments)
+          VALUES (${m.id}, ${m.content.text_body}, ${m.content.html_body}, ${extractReplyText(m.content.text_body, m.content.html_body)},
+                  ${JSON.stringify(m.content.headers)}::jsonb,
                   ${JSON.stringify(m.content.attachments)}::jsonb)
         )${sql.join("", false)(m.merges.map((f, i) => sql`, ${sql.literal(`merge_${i}`)} AS (${f})`))}
         INSERT INTO sent_emails (id, org_id, thread_id, status, kind, source_email_id, from_header, from_address, to_addresses,
@@ -156,7 +164,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
       )
 
     const content = (id: string) =>
-      sql<ContentRow>`SELECT text_body, html_body, headers, attachments FROM sent_email_contents WHERE sent_email_id = ${id}`.pipe(
+      sql<ContentRow>`SELECT text_body, html_body, extracted_text, headers, attachments FROM sent_email_contents WHERE sent_email_id = ${id}`.pipe(
         Effect.map((rows) => Option.fromNullable(rows[0])),
         Effect.orDie
       )
@@ -199,7 +207,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
         WHERE id = ${id} AND lease_token = ${token} RETURNING *`.pipe(
         Effect.tap((rows) =>
           rows[0] !== undefined && rows[0].content_discarded
-            ? sql`UPDATE sent_email_contents SET text_body = NULL, html_body = NULL, attachments = '[]'::jsonb
+            ? sql`UPDATE sent_email_contents SET text_body = NULL, html_body = NULL, extracted_text = NULL, attachments = '[]'::jsonb
                   WHERE sent_email_id = ${id}`
             : Effect.void
         ),

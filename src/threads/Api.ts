@@ -3,7 +3,7 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { allErrors, DateTimeFilter, DateTimeString, IdPath, Ok, OkList, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
-import { IncludeWake } from "../emails/Api.js"
+import { IncludeWake, Label } from "../emails/Api.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
 import { ThreadWatch } from "../wake/Api.js"
@@ -24,7 +24,9 @@ const threadFields = {
   snippet: Schema.String.annotations({ description: "at most 200 characters of the newest message's text" }),
   inbox_id: Schema.NullOr(Uuid).annotations({
     description: "the inbox (GET /inboxes) of its first message that reached or left one; null when none did"
-  })
+  }),
+  labels: Schema.Array(Schema.String).annotations({ description: "every label of its received emails, sorted" }),
+  unread_count: Schema.Int.annotations({ description: "its received emails not marked read" })
 }
 
 export const Thread = Schema.Struct(threadFields).annotations({ identifier: "Thread" })
@@ -63,7 +65,8 @@ export const ThreadListQuery = allErrors(Schema.Struct({
   include: Schema.optionalWith(IncludeWake, { exact: true }),
   inbox_id: Schema.optionalWith(Uuid, { exact: true }).annotations({
     description: "only threads with a message received at or sent from this inbox"
-  })
+  }),
+  label: Schema.optionalWith(Label, { exact: true }).annotations({ description: "only threads with an email carrying this label" })
 }))
 
 export class ThreadsApi extends HttpApiGroup.make("threads")

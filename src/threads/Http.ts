@@ -60,7 +60,9 @@ export const toThread = (t: ThreadRow, messages: ReadonlyArray<MessageRow>): Thr
     first_message_at: t.first_message_at,
     last_message_at: t.last_message_at,
     snippet: snippetOf(newest?.body ?? null),
-    inbox_id: messages.find((m) => m.inbox_id != null)?.inbox_id ?? null
+    inbox_id: messages.find((m) => m.inbox_id != null)?.inbox_id ?? null,
+    labels: [...new Set(messages.flatMap((m) => m.labels))].sort(),
+    unread_count: messages.filter((m) => m.direction === "received" && !m.read).length
   }
 }
 
@@ -82,7 +84,8 @@ export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (han
             dateFrom: urlParams.date_from,
             dateTo: urlParams.date_to,
             includeWake,
-            inboxId: urlParams.inbox_id
+            inboxId: urlParams.inbox_id,
+            label: urlParams.label
           })
           const page = rows.slice(0, limit)
           const messages = yield* repo.messagesOf(orgId, page.map((t) => t.id), includeWake)

@@ -27,6 +27,9 @@ export interface MessageRow {
   readonly inbox_id?: string | null
   /** The start of the text body (null when there is none, or its content was discarded). */
   readonly body: string | null
+  /** Received mail's labels and read state (sent mail: none, and read). */
+  readonly labels: ReadonlyArray<string>
+  readonly read: boolean
 }
 
 export interface ThreadListQuery {
@@ -39,6 +42,8 @@ export interface ThreadListQuery {
   readonly includeWake?: boolean | undefined
   /** Only threads with a message received at or sent from this inbox. */
   readonly inboxId?: string | undefined
+  /** Only threads with a message that carries this label. */
+  readonly label?: string | undefined
 }
 
 /** Characters of a body read for a snippet (whitespace is collapsed before the cut). */
@@ -65,25 +70,25 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
       // Sent mail counts once it is sent: a scheduled, failed or canceled send is not part of the conversation.
       return sql`
         SELECT e.thread_id, 'received'::text AS direction, e.id, e.received_at AS at, e.from_address, e.to_addresses,
-               e.cc_addresses, e.subject, e.message_id, ${body} AS body, e.inbox_id
+               e.cc_addresses, e.subject, e.message_id, ${body} AS body, e.inbox_id, e.labels, e.read
           FROM emails e ${join} WHERE e.org_id = ${orgId} AND e.status = 'accepted' ${wake}
         UNION ALL
         SELECT s.thread_id, 'sent'::text, s.id, coalesce(s.sent_at, s.created_at), s.from_address, s.to_addresses,
-               s.cc_addresses, s.subject, s.message_id, ${sentBody}, s.inbox_id
+               s.cc_addresses, s.subject, s.message_id, ${sentBody}, s.inbox_id, '[]'::jsonb, true
           FROM sent_emails s ${sentJoin} WHERE s.org_id = ${orgId} AND s.status = 'sent'`
     }
 
     const list = (orgId: string, q: ThreadListQuery) =>
       Effect.gen(function*() {
-        const groupConds = []
+        const having: Array<Statement.Fragment> = []
         if (q.participant !== undefined) {
-          groupConds.push(sql`bool_or(
+          having.push(sql`bool_or(
           lower(from_address) = ${q.participant.toLowerCase()}
           OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(to_addresses || cc_addresses) a
                       WHERE lower(a) = ${q.participant.toLowerCase()} OR lower(a) LIKE ${`%<${q.participant.toLowerCase()}>`}))`)
         }
-        if (q.inboxId !== undefined) groupConds.push(sql`bool_or(inbox_id IS NOT DISTINCT FROM ${q.inboxId}::uuid)`)
-        const having = groupConds.length === 0 ? sql`` : sql`HAVING ${sql.and(groupConds)}`
+        if (q.inboxId !== undefined) having.push(sql`bool_or(inbox_id IS NOT DISTINCT FROM ${q.inboxId}::uuid)`)
+        if (q.label !== undefined) having.push(sql`bool_or(labels @> ${JSON.stringify([q.label])}::jsonb)`)
         const conds = [sql`true`]
         if (q.dateFrom !== undefined) conds.push(sql`last_message_at >= ${q.dateFrom}`)
         if (q.dateTo !== undefined) conds.push(sql`last_message_at <= ${q.dateTo}`)
@@ -97,7 +102,7 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
                    count(*) FILTER (WHERE direction = 'received')::int AS received_count,
                    count(*) FILTER (WHERE direction = 'sent')::int AS sent_count,
                    min(at) AS first_message_at, max(at) AS last_message_at
-              FROM m GROUP BY thread_id ${having}),
+              FROM m GROUP BY thread_id ${having.length === 0 ? sql`` : sql`HAVING ${sql.and(having)}`}),
           f AS (SELECT * FROM t WHERE ${sql.and(conds)}),
           p AS (SELECT * FROM f WHERE ${sql.and(page)} ORDER BY last_message_at DESC, id DESC LIMIT ${q.limit + 1})
           SELECT n.page_total, p.* FROM (SELECT count(*)::int AS page_total FROM f) n LEFT JOIN p ON true

@@ -41,6 +41,9 @@ export const EmailPayloadSchema = Schema.Struct({
   references: Schema.Array(Schema.String),
   text: Schema.NullOr(Schema.String).annotations({ description: "up to 256 KiB (then cut, `content_truncated` true)" }),
   html: Schema.NullOr(Schema.String).annotations({ description: "up to 256 KiB (then cut, `content_truncated` true)" }),
+  extracted_text: Schema.NullOr(Schema.String).annotations({
+    description: "the new text of the message without quoted history or signature (from the text part, else the HTML); null without a body"
+  }),
   headers: Headers,
   size_bytes: Schema.Int,
   spam_score: Schema.NullOr(Schema.Number),

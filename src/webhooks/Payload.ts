@@ -45,6 +45,8 @@ export interface EmailPayload {
   readonly references: ReadonlyArray<string>
   readonly text: string | null
   readonly html: string | null
+  /** The new text without quoted history or signature (src/emails/ReplyText.ts). */
+  readonly extracted_text: string | null
   readonly headers: Readonly<Record<string, string>>
   readonly size_bytes: number
   readonly spam_score: number | null
@@ -155,6 +157,7 @@ export const syntheticEmailReceived = (input: {
       references: [],
       text: body,
       html: `<p>${body}</p>`,
+      extracted_text: body,
       headers: { "x-mailroom-test": "true" },
       size_bytes: 512,
       spam_score: 0,

@@ -1,4 +1,4 @@
-/** `emails list|get|raw|attachments` and `deliveries list|get|replay`. */
+/** `emails list|get|label|read|unread|raw|attachments` and `deliveries list|get|replay`. */
 import { Console, Effect, Option } from "effect"
 import { writeFileSync } from "node:fs"
 import type { WebhookDelivery } from "../../deliveries/Api.js"
@@ -49,7 +49,9 @@ export const emailsList: Handler<typeof S.emailsList> = (o) =>
       ...opt("status", o.status),
       ...opt("date_from", from),
       ...opt("date_to", to),
-      ...(o.includeWake ? { include: "wake" as const } : {})
+      ...(o.includeWake ? { include: "wake" as const } : {}),
+      ...opt("label", o.label),
+      ...(o.unread ? { unread: true } : {})
     }
     const page = yield* fetchPages(o, (cursor) => client.emails.list({ urlParams: { ...filters, ...pageParams(o.limit, cursor) } }))
     yield* showList(target.json, page, emailColumns)
@@ -64,6 +66,31 @@ export const emailsGet: Handler<typeof S.emailsGet> = (o) =>
     yield* showOne(false, { ...rest, attachments: attachments.map((a) => a.filename ?? a.content_type).join(", ") || "-" })
     if (text !== null) yield* Console.log(`\n${text}`)
   })
+
+/** The labels are a set the API replaces whole: the command reads the current set and writes the changed one. */
+export const emailsLabel: Handler<typeof S.emailsLabel> = (o) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    if (o.add.length === 0 && o.remove.length === 0 && !o.clear) {
+      return yield* new CliFailure({ message: "give --add LABEL, --remove LABEL or --clear", usage: true })
+    }
+    const current = o.clear ? [] : (yield* client.emails.get({ path: { id: o.id } })).labels
+    const removed = new Set(o.remove)
+    const labels = [...new Set([...current.filter((l) => !removed.has(l)), ...o.add])]
+    const email = yield* client.emails.update({ path: { id: o.id }, payload: { labels } })
+    yield* done(target.json, `Labels of ${email.id}: ${email.labels.join(", ") || "(none)"}`, email)
+  })
+
+const markRead = (id: string, read: boolean) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    const email = yield* client.emails.update({ path: { id }, payload: { read } })
+    yield* done(target.json, `Marked ${email.id} ${read ? "read" : "unread"}`, email)
+  })
+
+export const emailsRead: Handler<typeof S.emailsRead> = (o) => markRead(o.id, true)
+
+export const emailsUnread: Handler<typeof S.emailsUnread> = (o) => markRead(o.id, false)
 
 export const emailsRaw: Handler<typeof S.emailsRaw> = (o) =>
   Effect.gen(function*() {

@@ -230,6 +230,22 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("inboxes", (it) => {
           body: { pattern: inbox.address, endpoint_id: endpoint.body.data.id }
         }), 400, "validation_error")
         expect((yield* call("DELETE", `/v1/routes/${route.body.data.id}`, { token: org.token })).status).toBe(200)
+
+        // A function reached through a route on the inbox is named too.
+        const fn = yield* call("POST", "/v1/functions", {
+          token: org.token,
+          body: { name: unique("inbox-fn"), code: `export default { async fetch() { return new Response("ok") } }` }
+        })
+        expect(fn.status).toBe(201)
+        const fnRoute = yield* call("POST", "/v1/routes", {
+          token: org.token,
+          body: { pattern: inbox.address, function_id: fn.body.data.id }
+        })
+        expect(fnRoute.status).toBe(201)
+        const held = yield* call("DELETE", `/v1/inboxes/${inbox.id}`, { token: org.token })
+        expectError(held, 409, "conflict")
+        expect(held.body.error.details).toEqual({ routes: [fnRoute.body.data.id], functions: [fn.body.data.id] })
+        expect((yield* call("DELETE", `/v1/routes/${fnRoute.body.data.id}`, { token: org.token })).status).toBe(200)
         expect((yield* call("DELETE", `/v1/inboxes/${inbox.id}`, { token: org.token })).status).toBe(200)
       }))
   })

@@ -230,6 +230,22 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("inboxes", (it) => {
           body: { pattern: inbox.address, endpoint_id: endpoint.body.data.id }
         }), 400, "validation_error")
         expect((yield* call("DELETE", `/v1/routes/${route.body.data.id}`, { token: org.token })).status).toBe(200)
+
+        // A function reached through a route on the inbox is named too.
+        const fn = yield* call("POST", "/v1/functions", {
+          token: org.token,
+          body: { name: unique("inbox-fn"), code: `export default { async fetch() { return new Response("ok") } }` }
+        })
+        expect(fn.status).toBe(201)
+        const fnRoute = yield* call("POST", "/v1/routes", {
+          token: org.token,
+          body: { pattern: inbox.address, function_id: fn.body.data.id }
+        })
+        expect(fnRoute.status).toBe(201)
+        const held = yield* call("DELETE", `/v1/inboxes/${inbox.id}`, { token: org.token })
+        expectError(held, 409, "conflict")
+        expect(held.body.error.details).toEqual({ routes: [fnRoute.body.data.id], functions: [fn.body.data.id] })
+        expect((yield* call("DELETE", `/v1/routes/${fnRoute.body.data.id}`, { token: org.token })).status).toBe(200)
         expect((yield* call("DELETE", `/v1/inboxes/${inbox.id}`, { token: org.token })).status).toBe(200)
       }))
   })
@@ -311,6 +327,27 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("inboxes", (it) => {
         expect((yield* call("GET", `/v1/sent-emails?inbox_id=${inbox.id}`, { token: org.token })).body.data).toHaveLength(1)
         const threads = yield* call("GET", `/v1/threads?inbox_id=${inbox.id}`, { token: org.token })
         expect(threads.body.data.map((t: { inbox_id: string }) => t.inbox_id)).toEqual([inbox.id])
+
+        // A reply goes from the inbox the original reached; a forward and a scheduled send may name it.
+        yield* mailIn(inbox.address, "question for outbound", { from: to })
+        const original = (yield* call("GET", `/v1/emails?inbox_id=${inbox.id}`, { token: org.token })).body.data[0]
+        const reply = yield* call("POST", `/v1/emails/${original.id}/reply`, { token: org.token, body: { text: "answer" } })
+        expect(reply.status).toBe(201)
+        expect(reply.body.data).toMatchObject({ inbox_id: inbox.id, status: "sent" })
+        expect(reply.body.data.from).toContain(inbox.address)
+        const forward = yield* call("POST", `/v1/emails/${original.id}/forward`, {
+          token: org.token,
+          body: { to: `${unique("fwd")}@example.com`, from: inbox.address }
+        })
+        expect(forward.status).toBe(201)
+        expect(forward.body.data.inbox_id).toBe(inbox.id)
+        const later = yield* call("POST", "/v1/send-mail", {
+          token: org.token,
+          body: { from: inbox.address, to, subject: "later", text: "hi", send_at: new Date(Date.now() + 3_600_000).toISOString() }
+        })
+        expect(later.status).toBe(201)
+        expect(later.body.data).toMatchObject({ status: "scheduled", inbox_id: inbox.id })
+        expect((yield* call("GET", `/v1/sent-emails?inbox_id=${inbox.id}`, { token: org.token })).body.data).toHaveLength(4)
 
         const other = yield* newOrg()
         const refused = yield* call("POST", "/v1/send-mail", {

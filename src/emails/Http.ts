@@ -22,6 +22,7 @@ import { setHeader } from "../platform/HttpHeaders.js"
 import type { Email, EmailSummary } from "./Api.js"
 import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
 import { type EmailRow, EmailsRepo, type SummaryRow } from "./Repo.js"
+import { UNKNOWN_TRUST } from "../trust/Trust.js"
 
 export const toSummary = (row: SummaryRow): EmailSummary => ({
   id: row.id,
@@ -43,6 +44,7 @@ export const toSummary = (row: SummaryRow): EmailSummary => ({
   spam_score: row.spam_score === null ? null : Number(row.spam_score),
   auth: row.auth,
   auto_submitted: row.auto_submitted,
+  trust: row.trust ?? { ...UNKNOWN_TRUST, auto_submitted: row.auto_submitted },
   attachment_count: row.attachments.length,
   content_discarded: row.content_discarded_at !== null,
   received_at: row.received_at

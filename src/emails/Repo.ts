@@ -4,6 +4,7 @@ import { Effect, Option } from "effect"
 import type { ParsedAttachment } from "../inbound/Parse.js"
 import { deletionEndsWatches } from "../wake/Repo.js"
 import { WAKE_EVENT_TYPE } from "./Api.js"
+import type { Trust } from "../trust/Trust.js"
 
 export interface EmailRow {
   id: string
@@ -28,7 +29,8 @@ export interface EmailRow {
   auth: { spf: string; dkim: string; dmarc: string }
   auto_submitted: boolean
   event_type: string
-  status: "accepted" | "rejected"
+  status: "accepted" | "rejected" | "quarantined"
+  trust: Trust | null
   rejection_reason: string | null
   content_discarded_at: Date | null
   received_at: Date
@@ -38,7 +40,7 @@ export interface EmailRow {
 export type SummaryRow = Omit<EmailRow, "headers" | "references" | "in_reply_to" | "org_id">
 
 const SUMMARY_COLUMNS = `id, thread_id, domain_id, recipient, envelope_from, from_address, from_name, to_addresses, cc_addresses,
-  subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, auto_submitted, event_type, status, rejection_reason,
+  subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, trust, auto_submitted, event_type, status, rejection_reason,
   content_discarded_at, received_at`
 
 export interface EmailListQuery {

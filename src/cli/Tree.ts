@@ -113,7 +113,9 @@ export const root: Group = group(
       cmd(S.emailsList, () => mail().then((m) => m.emailsList)),
       cmd(S.emailsGet, () => mail().then((m) => m.emailsGet)),
       cmd(S.emailsRaw, () => mail().then((m) => m.emailsRaw)),
-      cmd(S.emailsAttachments, () => mail().then((m) => m.emailsAttachments))
+      cmd(S.emailsAttachments, () => mail().then((m) => m.emailsAttachments)),
+      cmd(S.emailsQuarantined, () => mail().then((m) => m.emailsQuarantined)),
+      cmd(S.emailsRelease, () => mail().then((m) => m.emailsRelease))
     ]),
     cmd(S.send, () => sending().then((m) => m.send)),
     cmd(S.reply, () => sending().then((m) => m.reply)),

@@ -10,6 +10,9 @@ CREATE INDEX IF NOT EXISTS emails_quarantine_expiry ON emails (quarantine_expire
 
 -- Quarantine filters: signals (any of) and an optional sender pattern (stored as '' when absent).
 ALTER TABLE filters ADD COLUMN IF NOT EXISTS signals jsonb;
+ALTER TABLE filters DROP CONSTRAINT IF EXISTS filters_pattern_check;
+ALTER TABLE filters ADD CONSTRAINT filters_pattern_check CHECK (pattern = lower(pattern) AND length(pattern) <= 500
+  AND (length(pattern) >= 1 OR type = 'quarantine'));
 ALTER TABLE filters DROP CONSTRAINT IF EXISTS filters_type_check;
 ALTER TABLE filters ADD CONSTRAINT filters_type_check CHECK (type IN ('whitelist', 'blocklist', 'registry', 'quarantine'));
 DROP INDEX IF EXISTS filters_unique;

@@ -72,11 +72,17 @@ export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mail
   })
 }) {}
 
-/** Quarantined mail not released within its 30 days is deleted, every ten minutes, in every process (idempotent). */
+/** Deletes quarantined mail not released within its 30 days; answers how many. */
+export const sweepQuarantine = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const gone = yield* sql`DELETE FROM emails WHERE status = 'quarantined' AND quarantine_expires_at <= now() RETURNING id`
+  return gone.length
+})
+
+/** The sweep every ten minutes, in every process (idempotent). */
 export const QuarantineMaintenanceLive = Layer.scopedDiscard(
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    yield* sql`DELETE FROM emails WHERE status = 'quarantined' AND quarantine_expires_at <= now()`.pipe(
+    yield* sweepQuarantine.pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("quarantine sweep failed", cause)),
       Effect.repeat(Schedule.spaced("10 minutes")),
       Effect.delay("40 seconds"),

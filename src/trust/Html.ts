@@ -7,7 +7,7 @@
 import { Parser } from "htmlparser2"
 
 export interface HtmlView {
-  /** Text a reader sees, in order, whitespace collapsed. */
+  /** Text a reader sees, in order (whitespace as it came). */
   readonly visible: string
   /** Each stretch of text a reader cannot see, with whether visible text came before it. */
   readonly hidden: ReadonlyArray<{ readonly text: string; readonly afterVisible: boolean }>
@@ -62,6 +62,9 @@ const tiny = (v: string) => {
   return m[2] === "px" || m[2] === "pt" ? n < 1 : n <= 0
 }
 
+const NO_STYLE: ReadonlyMap<string, string> = new Map()
+const INK = /[^\s\u00a0\u200b-\u200d\u2060\ufeff\u034f\u00ad]/
+
 const collapse = (s: string) => s.replace(/\s+/g, " ")
 
 export const readHtml = (html: string): HtmlView => {
@@ -77,19 +80,23 @@ export const readHtml = (html: string): HtmlView => {
     onopentag(name, attrs) {
       if (SILENT.has(name)) silent++
       const parent = top()
-      const style = declarations(attrs["style"] ?? "")
-      const background = normalizeColor(style.get("background-color") ?? style.get("background")?.split(/\s+/)[0] ?? attrs["bgcolor"] ?? "")
-      const color = normalizeColor(style.get("color") ?? attrs["color"] ?? "")
+      // Most elements carry no style or colour: nothing to read then.
+      const css = attrs["style"]
+      const style = css === undefined || css === "" ? NO_STYLE : declarations(css)
+      const bgValue = style.get("background-color") ?? style.get("background")?.split(/\s+/)[0] ?? attrs["bgcolor"]
+      const fgValue = style.get("color") ?? attrs["color"]
+      const background = bgValue === undefined ? null : normalizeColor(bgValue)
+      const color = fgValue === undefined ? null : normalizeColor(fgValue)
       const bg = background !== null && background !== "transparent" ? background : parent.background
       const fg = color ?? parent.color
       // Rule hidden_text: display:none, visibility:hidden, opacity 0, zero font size or line box
       // with overflow hidden, the `hidden` attribute, or text coloured like its background.
-      const hides = style.get("display") === "none" || style.get("visibility") === "hidden" ||
+      const hides = style !== NO_STYLE && (style.get("display") === "none" || style.get("visibility") === "hidden" ||
         (style.has("opacity") && Number.parseFloat(style.get("opacity")!) === 0) ||
         (style.has("font-size") && tiny(style.get("font-size")!)) ||
         ((style.has("max-height") && tiny(style.get("max-height")!) || style.has("height") && tiny(style.get("height")!)) &&
           style.get("overflow") === "hidden") ||
-        "hidden" in attrs || (fg !== null && bg !== null && fg === bg)
+        false) || "hidden" in attrs || (fg !== null && bg !== null && fg === bg)
       const link = name === "a" && attrs["href"] !== undefined ? { href: attrs["href"], text: "" } : parent.link
       stack.push({ tag: name, hidden: parent.hidden || hides, background: bg, color: fg, link })
       if (name === "br" || name === "p" || name === "div" || name === "td" || name === "li") visible.push(" ")
@@ -105,27 +112,25 @@ export const readHtml = (html: string): HtmlView => {
         lastWasHidden = true
       } else {
         visible.push(data)
-        if (/[^\s\u00a0\u200b-\u200d\u2060\ufeff\u034f\u00ad]/.test(data)) seenVisible = true
+        if (!seenVisible && INK.test(data)) seenVisible = true
         lastWasHidden = false
       }
     },
     onclosetag(name) {
       if (SILENT.has(name) && silent > 0) silent--
-      // Pop to the matching element (htmlparser2 closes implied and void elements itself).
-      for (let i = stack.length - 1; i >= 0; i--) {
-        if (stack[i]!.tag === name) {
-          const [frame] = stack.splice(i, 1)
-          if (frame!.tag === "a" && frame!.link !== null && (stack[stack.length - 1]?.link ?? null) !== frame!.link) {
-            links.push({ href: frame!.link.href, text: collapse(frame!.link.text).trim() })
-          }
-          stack.length = i
-          break
-        }
+      // htmlparser2 closes every element it opened, implied and void ones included, innermost first.
+      let i = stack.length - 1
+      while (i >= 0 && stack[i]!.tag !== name) i--
+      if (i < 0) return
+      const frame = stack[i]!
+      stack.length = i
+      if (frame.tag === "a" && frame.link !== null && (stack[i - 1]?.link ?? null) !== frame.link) {
+        links.push({ href: frame.link.href, text: collapse(frame.link.text).trim() })
       }
     }
   }, { decodeEntities: true, lowerCaseTags: true, lowerCaseAttributeNames: true })
   let lastWasHidden = false
   parser.write(html)
   parser.end()
-  return { visible: collapse(visible.join("")).trim(), hidden: hidden.map((h) => ({ ...h, text: collapse(h.text).trim() })), links }
+  return { visible: visible.join(""), hidden: hidden.map((h) => ({ ...h, text: collapse(h.text).trim() })), links }
 }

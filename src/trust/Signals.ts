@@ -45,12 +45,47 @@ const ADDRESSED = new RegExp(
 )
 const MARKERS = /<\|im_(?:start|end)\|>|\[\/?inst\]|<<\/?sys>>|\bnew (?:system )?(?:prompt|instructions)\s*:|\byou are now (?:in )?(?:developer|dan|jailbreak|unrestricted)\b|\bbegin (?:system|admin) (?:message|override)\b/
 
-/** Lowercased, compatibility-folded, zero-width characters removed, whitespace collapsed. */
-const fold = (s: string) => s.normalize("NFKC").replace(/[\u200b-\u200d\u2060\ufeff\u00ad]/g, "").replace(/\s+/g, " ").toLowerCase()
+/** Lowercased, compatibility-folded, zero-width characters removed (the expressions take any whitespace). */
+const ZERO_WIDTH = /[\u200b-\u200d\u2060\ufeff\u00ad]/g
+const fold = (s: string) => {
+  let t = /[^\x00-\x7f]/.test(s) ? s.normalize("NFKC") : s
+  ZERO_WIDTH.lastIndex = 0
+  if (ZERO_WIDTH.test(t)) t = t.replace(ZERO_WIDTH, "")
+  return t.toLowerCase()
+}
+
+/**
+ * Words one of the shapes above must contain. The full expressions run only on windows around
+ * their occurrences: most mail has none, and running the expressions over 10 KB of text costs far
+ * more than finding a handful of words.
+ */
+const TRIGGER =
+  /ignore|disregard|forget|overrid|bypass|skip|\bai\b|a\.i\.|intelligen|llm|language model|chatbot|gpt|claude|copilot|gemini|assistant|agent|<\|im_|inst\]|<<\/?sys>>|new (?:system|prompt|instructions)|you are now|begin (?:system|admin)/g
+const BEFORE = 160
+const AFTER = 240
 
 export const hasAiInstructions = (text: string) => {
   const t = fold(text)
-  return OVERRIDE.test(t) || ADDRESSED.test(t) || MARKERS.test(t)
+  TRIGGER.lastIndex = 0
+  let hit = TRIGGER.exec(t)
+  if (hit === null) return false
+  // Windows around the hits, overlapping ones merged: each stretch of text is examined once.
+  let start = Math.max(0, hit.index - BEFORE)
+  let end = hit.index + AFTER
+  const examine = () => {
+    const window = t.slice(start, end)
+    return OVERRIDE.test(window) || ADDRESSED.test(window) || MARKERS.test(window)
+  }
+  for (hit = TRIGGER.exec(t); hit !== null; hit = TRIGGER.exec(t)) {
+    if (hit.index - BEFORE <= end) {
+      end = hit.index + AFTER
+      continue
+    }
+    if (examine()) return true
+    start = hit.index - BEFORE
+    end = hit.index + AFTER
+  }
+  return examine()
 }
 
 // --- invisible_unicode --------------------------------------------------------------------------

@@ -279,7 +279,7 @@ export const filtersAdd = leaf({
   examples: [
     "mailroom filters add --type blocklist --pattern @spam.example",
     "mailroom filters add --type registry --pattern acme-agents",
-    "mailroom filters add --type quarantine --signal ai_instructions --signal hidden_text"
+    "mailroom filters add --type quarantine --signal hidden_text"
   ]
 })
 

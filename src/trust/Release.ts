@@ -12,11 +12,14 @@ import { type Recipient, Recipients } from "../inbound/Recipients.js"
 import type { EventType } from "../inbound/Classify.js"
 import { type InboundMessage, MoreOnEmailStored, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
 import { UNKNOWN_TRUST } from "./Trust.js"
+import { AppConfig } from "../platform/Config.js"
+import { documentRow } from "../search/Document.js"
 
 export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mailroom/QuarantineRelease", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const recipients = yield* Recipients
+    const indexing = (yield* AppConfig).searchIndexing
 
     const release = (orgId: string, id: string) =>
       Effect.gen(function*() {
@@ -65,6 +68,25 @@ export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mail
             WHERE id = ${id} AND org_id = ${orgId} AND status = 'quarantined' RETURNING id`
           if (updated.length === 0) return yield* new Conflict({ message: `email ${id} was released already` })
           for (const fragment of work) yield* sql`WITH released AS (${fragment}) SELECT 1`
+          // What accepted mail gets as it is stored: searchable, and an authenticated sender known.
+          if (indexing) {
+            yield* sql`INSERT INTO search_documents ${sql.insert(documentRow({
+              id: row.id,
+              orgId,
+              kind: "received",
+              emailId: row.id,
+              fromAddress: parsed.from?.address ?? null,
+              fromName: parsed.from?.name ?? null,
+              recipients: [...parsed.to, ...parsed.cc, row.recipient],
+              subject: parsed.subject,
+              text: parsed.text,
+              html: parsed.html
+            }))} ON CONFLICT DO NOTHING`
+          }
+          const from = message.authenticatedFrom
+          if (from !== null && from.includes("@")) {
+            yield* sql`INSERT INTO known_addresses (org_id, address) VALUES (${orgId}, ${from.toLowerCase()}) ON CONFLICT DO NOTHING`
+          }
         }).pipe(sql.withTransaction)
       }).pipe(Effect.catchTag("SqlError", Effect.die))
 

@@ -8,6 +8,7 @@ import { VERSION } from "./contract/Version.js"
 import { AccountApi } from "./account/Api.js"
 import { DeliveriesApi } from "./deliveries/Api.js"
 import { DownloadsApi, EmailsApi } from "./emails/Api.js"
+import { QuarantineApi } from "./trust/Api.js"
 import { AgentAccountsApi, AuthApi, AuthSessionApi } from "./identity/Api.js"
 import { ServiceApi } from "./service/Api.js"
 import { DomainsApi } from "./domains/Api.js"
@@ -152,6 +153,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(FiltersApi)
   .add(RoutesApi)
   .add(EmailsApi)
+  .add(QuarantineApi)
   .add(InboxApi)
   .add(InboxesApi)
   .add(DownloadsApi)

@@ -37,6 +37,8 @@ import { DevicePageLive } from "./identity/DevicePage.js"
 import { DeviceWeb } from "./identity/DeviceWeb.js"
 import { IdentityMaintenanceLive } from "./identity/Maintenance.js"
 import { InboundStore } from "./inbound/Store.js"
+import { QuarantineHttpLive } from "./trust/Http.js"
+import { QuarantineMaintenanceLive } from "./trust/Release.js"
 import { Threading } from "./threads/Threading.js"
 import { ThreadsHttpLive } from "./threads/Http.js"
 import { EmbeddingBacklogLive } from "./search/Backlog.js"
@@ -171,6 +173,7 @@ const AreaHandlers = [
   AgentAccountsHttpLive,
   IdentityHttpLive,
   EmailsHttpLive,
+  QuarantineHttpLive,
   DownloadsHttpLive,
   DeliveriesHttpLive,
   InboxHttpLive,
@@ -239,6 +242,7 @@ const AreaWorkers = [
   SettlementReconcilerLive(),
   ProcessStatsLive,
   EventLogMaintenanceLive,
+  QuarantineMaintenanceLive,
   // `npm run admin` beside this process on the embedded database.
   OperatorSocketLive.pipe(Layer.provide([Provisioning.Default, SettleCaps.Default]))
 ] as const

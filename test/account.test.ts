@@ -31,7 +31,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("account", (it) => {
         expect(r.status).toBe(200)
         const a = r.body.data
         expect(Object.keys(a).sort()).toEqual([
-          "billing_subscription_status", "created_at", "discard_content_on_webhook_confirmed", "email", "entitlements", "id",
+          "attachment_policy", "billing_subscription_status", "created_at", "discard_content_on_webhook_confirmed", "email", "entitlements", "id",
           "limits", "managed_inbox_address", "onboarding_completed", "onboarding_step", "plan", "spam_threshold",
           "subscription_cancel_at_period_end", "subscription_current_period_end", "webhook_secret_rotated_at"
         ])

@@ -104,5 +104,26 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("known senders", (it
           expect(r.status, `${to}: ${r.text}`).toBe(201)
         }
       }))
+
+    it.effect("trust: sender_authenticated for a DMARC pass, sender_known from its second message on; a forged From neither", () =>
+      Effect.gen(function*() {
+        const dns = yield* TestDns
+        const agent = yield* agentOrg
+        const good = `good-${tag()}.test`
+        dns.zone.set(good, { TXT: [SPF_LOCALHOST] })
+        dns.zone.set(`_dmarc.${good}`, { TXT: ["v=DMARC1; p=reject"] })
+        const forged = `forged-${tag()}.test`
+        dns.zone.set(forged, { TXT: ["v=spf1 -all"] })
+        dns.zone.set(`_dmarc.${forged}`, { TXT: ["v=DMARC1; p=reject"] })
+        const trustOf = (id: string) => Effect.map(call("GET", `/v1/emails/${id}`, { token: agent.token }), (r) => r.body.data.trust)
+        const first = yield* mailIn({ from: `ann@${good}`, to: agent.inbox, subject: "one", text: "x" })
+        expect(yield* trustOf(first)).toMatchObject({ sender_authenticated: true, sender_known: false, registry_verified: false })
+        const second = yield* mailIn({ from: `ann@${good}`, to: agent.inbox, subject: "two", text: "x" })
+        expect(yield* trustOf(second)).toMatchObject({ sender_authenticated: true, sender_known: true })
+        for (let i = 0; i < 2; i++) {
+          const fake = yield* mailIn({ from: `ceo@${forged}`, to: agent.inbox, subject: "wire", text: "x" })
+          expect(yield* trustOf(fake)).toMatchObject({ sender_authenticated: false, sender_known: false })
+        }
+      }))
   })
 })

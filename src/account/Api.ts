@@ -5,6 +5,7 @@ import { DateTimeString, IdempotencyHeaders, Ok, strict } from "../contract/Enve
 import { Wire } from "../contract/Errors.js"
 import { PlanLimits } from "../contract/Plans.js"
 import { Authentication } from "../contract/Security.js"
+import { AttachmentPolicy } from "../trust/AttachmentPolicy.js"
 
 export const Account = Schema.Struct({
   id: Schema.UUID,
@@ -21,6 +22,7 @@ export const Account = Schema.Struct({
   subscription_cancel_at_period_end: Schema.NullOr(Schema.Boolean),
   spam_threshold: Schema.NullOr(Schema.Number),
   discard_content_on_webhook_confirmed: Schema.Boolean,
+  attachment_policy: Schema.NullOr(AttachmentPolicy),
   webhook_secret_rotated_at: Schema.NullOr(DateTimeString)
 }).annotations({ identifier: "Account" })
 export type Account = typeof Account.Type
@@ -30,7 +32,8 @@ export const AccountUpdateResult = Schema.Struct({
   email: Schema.String,
   plan: Schema.String,
   spam_threshold: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
-  discard_content_on_webhook_confirmed: Schema.Boolean
+  discard_content_on_webhook_confirmed: Schema.Boolean,
+  attachment_policy: Schema.optionalWith(Schema.NullOr(AttachmentPolicy), { exact: true })
 }).annotations({ identifier: "AccountUpdate" })
 export type AccountUpdateResult = typeof AccountUpdateResult.Type
 
@@ -43,7 +46,10 @@ export const UpdateAccount = strict(Schema.Struct({
   spam_threshold: Schema.optionalWith(Schema.NullOr(SpamThreshold), { exact: true }).annotations({
     description: "0 to 15; null disables spam rejection"
   }),
-  discard_content_on_webhook_confirmed: Schema.optionalWith(Schema.Boolean, { exact: true })
+  discard_content_on_webhook_confirmed: Schema.optionalWith(Schema.Boolean, { exact: true }),
+  attachment_policy: Schema.optionalWith(Schema.NullOr(AttachmentPolicy), { exact: true }).annotations({
+    description: "limits on received attachments; null removes the policy"
+  })
 })).pipe(
   Schema.filter((b) => Object.keys(b).length > 0 || "at least one property is required"),
   Schema.annotations({ identifier: "UpdateAccount" })
@@ -81,7 +87,7 @@ export class AccountApi extends HttpApiGroup.make("account")
       .setPayload(UpdateAccount)
       .addSuccess(Ok(AccountUpdateResult, "AccountUpdate"))
       .addError(Wire.NotFound)
-      .annotate(OpenApi.Summary, "Change account settings: spam_threshold, discard_content_on_webhook_confirmed")
+      .annotate(OpenApi.Summary, "Change account settings: spam_threshold, discard_content_on_webhook_confirmed, attachment_policy")
   )
   .add(
     HttpApiEndpoint.get("storage", "/account/storage")

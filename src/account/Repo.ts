@@ -4,6 +4,7 @@ import { Effect, Exit, Option } from "effect"
 import { makeBatcher } from "../platform/Batching.js"
 import { type Entitlement, entitlementsOf, LIMITS, OPERATOR_ENTITLEMENTS, type Plan } from "../contract/Plans.js"
 import type { Account, AccountUpdateResult, StorageStatistics } from "./Api.js"
+import type { AttachmentPolicy } from "../trust/AttachmentPolicy.js"
 
 interface AccountRow {
   id: string
@@ -18,6 +19,7 @@ interface AccountRow {
   subscription_cancel_at_period_end: boolean | null
   spam_threshold: string | null
   discard_content_on_webhook_confirmed: boolean
+  attachment_policy: AttachmentPolicy | null
   webhook_secret_rotated_at: Date | null
   /** Entitlements an operator granted to this organization (`npm run admin -- grant`). */
   granted?: ReadonlyArray<string> | null
@@ -42,6 +44,7 @@ export const toAccount = (row: AccountRow): Account => ({
   subscription_cancel_at_period_end: row.subscription_cancel_at_period_end,
   spam_threshold: row.spam_threshold === null ? null : Number(row.spam_threshold),
   discard_content_on_webhook_confirmed: row.discard_content_on_webhook_confirmed,
+  attachment_policy: row.attachment_policy ?? null,
   webhook_secret_rotated_at: row.webhook_secret_rotated_at
 })
 
@@ -53,7 +56,7 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
         SELECT o.id, o.plan, o.managed_inbox_address, o.created_at, o.onboarding_completed, o.onboarding_step,
                o.billing_subscription_status, o.subscription_current_period_end,
                o.subscription_cancel_at_period_end, o.spam_threshold, o.discard_content_on_webhook_confirmed,
-               o.webhook_secret_rotated_at,
+               o.webhook_secret_rotated_at, o.attachment_policy,
                (SELECT array_agg(g.entitlement ORDER BY g.entitlement) FROM organization_entitlements g
                  WHERE g.org_id = o.id) AS granted,
                (SELECT u.email FROM memberships m JOIN users u ON u.id = m.user_id
@@ -87,7 +90,11 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
 
     const update = (
       orgId: string,
-      patch: { readonly spam_threshold?: number | null; readonly discard_content_on_webhook_confirmed?: boolean }
+      patch: {
+        readonly spam_threshold?: number | null
+        readonly discard_content_on_webhook_confirmed?: boolean
+        readonly attachment_policy?: AttachmentPolicy | null
+      }
     ) =>
       Effect.gen(function*() {
         const has = (k: keyof typeof patch) => Object.prototype.hasOwnProperty.call(patch, k)
@@ -97,6 +104,8 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
                                   ELSE spam_threshold END,
             discard_content_on_webhook_confirmed = coalesce(${patch.discard_content_on_webhook_confirmed ?? null}::boolean,
                                   discard_content_on_webhook_confirmed),
+            attachment_policy = CASE WHEN ${has("attachment_policy")} THEN ${patch.attachment_policy == null ? null : JSON.stringify(patch.attachment_policy)}::jsonb
+                                     ELSE attachment_policy END,
             updated_at = now()
           WHERE id = ${orgId}`
         const account = yield* find(orgId)
@@ -105,7 +114,8 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
           email: a.email,
           plan: a.plan,
           spam_threshold: a.spam_threshold,
-          discard_content_on_webhook_confirmed: a.discard_content_on_webhook_confirmed
+          discard_content_on_webhook_confirmed: a.discard_content_on_webhook_confirmed,
+          ...(has("attachment_policy") ? { attachment_policy: a.attachment_policy } : {})
         }))
       }).pipe(Effect.orDie)
 

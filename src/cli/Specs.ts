@@ -269,13 +269,18 @@ export const filtersAdd = leaf({
   name: "add",
   summary: "Create a sender filter",
   flags: {
-    type: required(choice("type", ["whitelist", "blocklist", "registry"], "accept only these senders, refuse them, or accept " +
-      "senders verified as entries of a registry")),
-    pattern: required(text("pattern", "PATTERN", "alice@acme.com, @acme.com or *.acme.com; for registry: its name")),
+    type: required(choice("type", ["whitelist", "blocklist", "registry", "quarantine"], "accept only these senders, refuse them, " +
+      "accept senders verified as entries of a registry, or hold back mail raising trust signals")),
+    pattern: text("pattern", "PATTERN", "alice@acme.com, @acme.com or *.acme.com; for registry: its name; optional for quarantine"),
+    signals: many("signal", "SIGNAL", "quarantine: a trust signal that holds mail back, e.g. ai_instructions, executable_attachment"),
     domainId
   },
   args: {},
-  examples: ["mailroom filters add --type blocklist --pattern @spam.example", "mailroom filters add --type registry --pattern acme-agents"]
+  examples: [
+    "mailroom filters add --type blocklist --pattern @spam.example",
+    "mailroom filters add --type registry --pattern acme-agents",
+    "mailroom filters add --type quarantine --signal hidden_text"
+  ]
 })
 
 export const filtersEnable = leaf({
@@ -407,7 +412,7 @@ export const emailsList = leaf({
     recipient: text("recipient", "ADDRESS", "only mail to this address"),
     sender: text("sender", "ADDRESS", "only mail from this address"),
     eventType: text("event-type", "TYPE", "only this event type, e.g. email.received", { field: "event_type" }),
-    status: choice("status", ["accepted", "rejected"], "only accepted or rejected mail"),
+    status: choice("status", ["accepted", "rejected", "quarantined"], "only accepted, rejected or quarantined mail"),
     includeWake: flag("include-wake", "also list wake firings (event type wake.command), left out by default"),
     label: text("label", "LABEL", "only mail with this label"),
     unread: flag("unread", "only mail not marked read")
@@ -447,6 +452,22 @@ export const emailsUnread = leaf({
   flags: {},
   args: { id: idArg("email", "mailroom emails list") },
   examples: [`mailroom emails unread ${ID}`]
+})
+
+export const emailsQuarantined = leaf({
+  name: "quarantined",
+  summary: "Mail held back by quarantine filters or the attachment policy, newest first",
+  flags: { ...paging },
+  args: {},
+  examples: ["mailroom emails quarantined"]
+})
+
+export const emailsRelease = leaf({
+  name: "release",
+  summary: "Release a quarantined email: it is delivered now, like new mail",
+  flags: {},
+  args: { id: idArg("email", "mailroom emails quarantined") },
+  examples: [`mailroom emails release ${ID}`]
 })
 
 export const emailsGet = leaf({

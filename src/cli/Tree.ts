@@ -124,7 +124,9 @@ export const root: Group = group(
       cmd(S.emailsRead, () => mail().then((m) => m.emailsRead)),
       cmd(S.emailsUnread, () => mail().then((m) => m.emailsUnread)),
       cmd(S.emailsRaw, () => mail().then((m) => m.emailsRaw)),
-      cmd(S.emailsAttachments, () => mail().then((m) => m.emailsAttachments))
+      cmd(S.emailsAttachments, () => mail().then((m) => m.emailsAttachments)),
+      cmd(S.emailsQuarantined, () => mail().then((m) => m.emailsQuarantined)),
+      cmd(S.emailsRelease, () => mail().then((m) => m.emailsRelease))
     ]),
     cmd(S.send, () => sending().then((m) => m.send)),
     cmd(S.reply, () => sending().then((m) => m.reply)),

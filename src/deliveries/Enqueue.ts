@@ -131,6 +131,7 @@ export const OnEmailStoredLive = Layer.effect(
             spam_score: message.spam.score,
             auth: message.auth,
             auto_submitted: isAutoSubmitted(p.headers),
+            trust: email.trust,
             attachments: p.attachments.map((a, i) => ({
               filename: a.filename,
               content_type: a.content_type,

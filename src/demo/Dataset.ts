@@ -46,6 +46,7 @@ export const demoAccount: Account = {
   subscription_cancel_at_period_end: null,
   spam_threshold: 5,
   discard_content_on_webhook_confirmed: false,
+  attachment_policy: null,
   webhook_secret_rotated_at: null
 }
 
@@ -180,6 +181,7 @@ const emailOf = (letter: Letter, i: number): DemoEmail => {
     spam_score: letter.spam ?? null,
     auth: rejected ? { spf: "fail", dkim: "none", dmarc: "fail" } : { spf: "pass", dkim: "pass", dmarc: "pass" },
     auto_submitted: false,
+    trust: { sender_authenticated: !rejected, sender_known: false, registry_verified: false, auto_submitted: false, signals: [] },
     attachment_count: 0,
     content_discarded: false,
     labels: [],

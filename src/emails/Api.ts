@@ -4,6 +4,7 @@ import { Schema } from "effect"
 import { allErrors, DateTimeFilter, DateTimeString, IdPath, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { Authentication } from "../contract/Security.js"
+import { TrustSchema } from "../trust/Trust.js"
 
 export const EventTypeName = Schema.String.annotations({
   description: "email.received, email.bounced, email.tls_report, email.dmarc_report or email.dmarc_failure"
@@ -37,8 +38,10 @@ const summaryFields = {
   thread_id: Uuid.annotations({ description: "the conversation this email belongs to (GET /threads/{id})" }),
   message_id: Schema.NullOr(Schema.String),
   event_type: EventTypeName,
-  status: Schema.Literal("accepted", "rejected").annotations({
-    description: "rejected: spam score above the threshold at ingestion (stored, never delivered)"
+  status: Schema.Literal("accepted", "rejected", "quarantined").annotations({
+    description: "rejected: spam score above the threshold at ingestion (stored, never delivered); quarantined: held back by " +
+      "a quarantine filter or the attachment policy (stored, delivered only when released with POST /emails/{id}/release; " +
+      "deleted after 30 days)"
   }),
   rejection_reason: Schema.NullOr(Schema.String),
   from: Schema.NullOr(Schema.String),
@@ -58,6 +61,7 @@ const summaryFields = {
     description: "the message says an automaton sent it (Auto-Submitted other than `no`, or Precedence bulk, junk or list): " +
       "automations should not answer it"
   }),
+  trust: TrustSchema,
   attachment_count: Schema.Int,
   content_discarded: Schema.Boolean,
   ...stateFields,
@@ -117,7 +121,7 @@ export const EmailListParams = allErrors(Schema.Struct({
   recipient: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(320)), { exact: true }),
   sender: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(320)), { exact: true }),
   event_type: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(64)), { exact: true }),
-  status: Schema.optionalWith(Schema.Literal("accepted", "rejected"), { exact: true }),
+  status: Schema.optionalWith(Schema.Literal("accepted", "rejected", "quarantined"), { exact: true }),
   date_from: Schema.optionalWith(DateTimeFilter, { exact: true }),
   date_to: Schema.optionalWith(DateTimeFilter, { exact: true }),
   include: Schema.optionalWith(IncludeWake, { exact: true }),

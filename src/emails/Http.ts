@@ -23,6 +23,7 @@ import type { Email, EmailSummary } from "./Api.js"
 import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
 import { type EmailRow, EmailsRepo, type SummaryRow } from "./Repo.js"
 import { extractReplyText } from "./ReplyText.js"
+import { UNKNOWN_TRUST } from "../trust/Trust.js"
 
 export const toSummary = (row: SummaryRow): EmailSummary => ({
   id: row.id,
@@ -45,6 +46,7 @@ export const toSummary = (row: SummaryRow): EmailSummary => ({
   spam_score: row.spam_score === null ? null : Number(row.spam_score),
   auth: row.auth,
   auto_submitted: row.auto_submitted,
+  trust: row.trust ?? { ...UNKNOWN_TRUST, auto_submitted: row.auto_submitted },
   attachment_count: row.attachments.length,
   content_discarded: row.content_discarded_at !== null,
   labels: row.labels,

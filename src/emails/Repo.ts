@@ -4,6 +4,7 @@ import { Effect, Option } from "effect"
 import type { ParsedAttachment } from "../inbound/Parse.js"
 import { deletionEndsWatches } from "../wake/Repo.js"
 import { WAKE_EVENT_TYPE } from "./Api.js"
+import type { Trust } from "../trust/Trust.js"
 
 export interface EmailRow {
   id: string
@@ -29,7 +30,8 @@ export interface EmailRow {
   auth: { spf: string; dkim: string; dmarc: string }
   auto_submitted: boolean
   event_type: string
-  status: "accepted" | "rejected"
+  status: "accepted" | "rejected" | "quarantined"
+  trust: Trust | null
   rejection_reason: string | null
   content_discarded_at: Date | null
   labels: Array<string>
@@ -48,7 +50,7 @@ export type EmailWithContent = EmailRow & {
 export type SummaryRow = Omit<EmailRow, "headers" | "references" | "in_reply_to" | "org_id">
 
 const SUMMARY_COLUMNS = `id, thread_id, domain_id, inbox_id, recipient, envelope_from, from_address, from_name, to_addresses, cc_addresses,
-  subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, auto_submitted, event_type, status, rejection_reason,
+  subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, trust, auto_submitted, event_type, status, rejection_reason,
   content_discarded_at, labels, read, received_at`
 
 export interface EmailListQuery {

@@ -7,17 +7,22 @@ import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
 import { REGISTRY_NAME } from "../registries/Api.js"
 import { normalizePattern, parsePattern, PATTERN_MAX_LENGTH } from "./Patterns.js"
+import { SignalName } from "../trust/Trust.js"
 
-export const FilterType = Schema.Literal("whitelist", "blocklist", "registry").annotations({
+export const FilterType = Schema.Literal("whitelist", "blocklist", "registry", "quarantine").annotations({
   description: "`whitelist`: admit these senders; `blocklist`: refuse them; `registry`: admit senders verified as a " +
-    "published entry of the registry named by `pattern` (an allow rule like `whitelist`)"
+    "published entry of the registry named by `pattern` (an allow rule like `whitelist`); `quarantine`: hold back mail " +
+    "raising any of `signals` (from senders matching `pattern`, when given): stored, not delivered, until released"
 })
 export type FilterType = typeof FilterType.Type
 
 export const Filter = Schema.Struct({
   id: Schema.UUID,
   type: FilterType,
-  pattern: Schema.String,
+  pattern: Schema.NullOr(Schema.String).annotations({ description: "null only for a quarantine filter of any sender" }),
+  signals: Schema.optionalWith(Schema.Array(SignalName), { exact: true }).annotations({
+    description: "quarantine filters only: the trust signals that quarantine (any of them)"
+  }),
   domain_id: Schema.NullOr(Schema.UUID),
   enabled: Schema.Boolean,
   created_at: DateTimeString,
@@ -40,15 +45,25 @@ export const patternProblem = (type: FilterType, raw: string): string | undefine
 
 export const CreateFilter = strict(Schema.Struct({
   type: FilterType,
-  pattern: Schema.String.annotations({
-    description: "whitelist and blocklist: alice@acme.com, @acme.com or *.acme.com; registry: a registry's name. " +
-      "Trimmed and lowercased; at most 500 characters"
+  pattern: Schema.optionalWith(Schema.String, { exact: true }).annotations({
+    description: "whitelist, blocklist and quarantine: alice@acme.com, @acme.com or *.acme.com; registry: a registry's name. " +
+      "Trimmed and lowercased; at most 500 characters. Required except for quarantine (absent: any sender)"
+  }),
+  signals: Schema.optionalWith(Schema.Array(SignalName).pipe(Schema.minItems(1), Schema.maxItems(7)), { exact: true }).annotations({
+    description: "quarantine only (required there): trust signals that quarantine the mail, any of them"
   }),
   domain_id: Schema.optionalWith(Schema.NullOr(Schema.UUID), { exact: true }).annotations({
     description: "one of the organization's domains (paid plans); omitted or null: organization-wide"
   })
 })).pipe(
   Schema.filter((b) => {
+    if (b.type === "quarantine") {
+      if (b.signals === undefined) return { path: ["signals"], message: "a quarantine filter needs at least one signal" }
+      if (b.pattern === undefined) return true
+    } else if (b.signals !== undefined) {
+      return { path: ["signals"], message: "only quarantine filters take signals" }
+    }
+    if (b.pattern === undefined) return { path: ["pattern"], message: "is required" }
     const problem = patternProblem(b.type, b.pattern)
     return problem === undefined || { path: ["pattern"], message: problem }
   }),

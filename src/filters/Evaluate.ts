@@ -8,14 +8,30 @@ import type { Rules } from "../endpoints/Api.js"
 import { matchesSender } from "./Patterns.js"
 
 export interface FilterLike {
-  readonly type: "whitelist" | "blocklist" | "registry"
-  /** A sender pattern; for `registry`, a registry's name. */
+  readonly type: "whitelist" | "blocklist" | "registry" | "quarantine"
+  /** A sender pattern; for `registry`, a registry's name; for `quarantine`, a sender pattern or "" (any sender). */
   readonly pattern: string
+  /** `quarantine` only: the trust signals that quarantine (any of them). */
+  readonly signals?: ReadonlyArray<string> | null
 }
 
 export type FilterVerdict =
   | { readonly allowed: true; readonly reason: "no_filters" | "whitelisted" | "registry_verified" | "not_blocked" }
   | { readonly allowed: false; readonly reason: "blocklisted" | "not_whitelisted"; readonly pattern?: string }
+
+/**
+ * The quarantine filter that holds a message back, if any: one raising any of the filter's signals
+ * and, when the filter names a sender pattern, from a matching sender (both must match).
+ */
+export const quarantineMatch = (
+  filters: ReadonlyArray<FilterLike>,
+  sender: string,
+  signals: ReadonlyArray<string>
+): FilterLike | undefined =>
+  filters.find((f) =>
+    f.type === "quarantine" && (f.signals ?? []).some((s) => signals.includes(s)) &&
+    (f.pattern === "" || matchesSender(f.pattern, sender))
+  )
 
 /**
  * Allow rules are `whitelist` filters and `registry` filters (the sender was verified as a published

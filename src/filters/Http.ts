@@ -30,11 +30,17 @@ export const FiltersHttpLive = HttpApiBuilder.group(MailroomApi, "filters", (han
             }
             yield* plans.require(org, "filters_per_domain", "per-domain filters")
           }
-          const pattern = normalizePattern(payload.pattern)
+          const pattern = normalizePattern(payload.pattern ?? "")
           if (payload.type === "registry" && Option.isNone(yield* registries.find(pattern))) {
             return yield* new NotFound({ message: `no registry ${pattern}` })
           }
-          const row = yield* repo.insert({ orgId: org, type: payload.type, pattern, domainId })
+          const row = yield* repo.insert({
+            orgId: org,
+            type: payload.type,
+            pattern,
+            domainId,
+            ...(payload.signals !== undefined ? { signals: payload.signals } : {})
+          })
           return toFilter(row)
         }))
       .handle("list", ({ urlParams }) =>

@@ -12,6 +12,7 @@ export interface FilterRow {
   readonly org_id: string
   readonly type: FilterType
   readonly pattern: string
+  readonly signals: ReadonlyArray<string> | null
   readonly domain_id: string | null
   readonly enabled: boolean
   readonly created_at: Date
@@ -21,7 +22,8 @@ export interface FilterRow {
 export const toFilter = (r: FilterRow): Filter => ({
   id: r.id,
   type: r.type,
-  pattern: r.pattern,
+  pattern: r.type === "quarantine" && r.pattern === "" ? null : r.pattern,
+  ...(r.type === "quarantine" ? { signals: (r.signals ?? []) as Filter["signals"] & {} } : {}),
   domain_id: r.domain_id,
   enabled: r.enabled,
   created_at: r.created_at,
@@ -32,11 +34,12 @@ export class FiltersRepo extends Effect.Service<FiltersRepo>()("mailroom/Filters
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const insert = (f: { orgId: string; type: string; pattern: string; domainId: string | null }) =>
+    const insert = (f: { orgId: string; type: string; pattern: string; domainId: string | null; signals?: ReadonlyArray<string> }) =>
       catchUnique(
-        sql<FilterRow>`INSERT INTO filters (org_id, type, pattern, domain_id)
-          VALUES (${f.orgId}, ${f.type}, ${f.pattern}, ${f.domainId}) RETURNING *`,
-        () => new Conflict({ message: `a ${f.type} filter for ${f.pattern} already exists in this scope` })
+        sql<FilterRow>`INSERT INTO filters (org_id, type, pattern, domain_id, signals)
+          VALUES (${f.orgId}, ${f.type}, ${f.pattern}, ${f.domainId},
+                  ${f.signals === undefined ? null : JSON.stringify([...new Set(f.signals)].sort())}::jsonb) RETURNING *`,
+        () => new Conflict({ message: `a ${f.type} filter for ${f.pattern || "any sender"} already exists in this scope` })
       ).pipe(Effect.map((rows) => rows[0]!))
 
     const list = (orgId: string, limit: number, after: Position | undefined) =>

@@ -7,6 +7,7 @@ import { type AuthCheckOptions, type AuthResults, checkAuthenticity, NO_AUTH_CHE
 import { classify, type EventType } from "./Classify.js"
 import { emptyParsed, parseEmail, type ParsedEmail } from "./Parse.js"
 import { scoreSpam, type SpamVerdict } from "./SpamScore.js"
+import { type Signal, trustSignals } from "../trust/Signals.js"
 
 export interface Analysis {
   readonly parsed: ParsedEmail
@@ -18,6 +19,8 @@ export interface Analysis {
   readonly knownFrom: string | null
   readonly spam: SpamVerdict
   readonly event: EventType
+  /** Trust signals the content raises (src/trust/Signals.ts). */
+  readonly signals: ReadonlyArray<Signal>
 }
 
 export const PARSE_TIMEOUT_MS = 10_000
@@ -42,8 +45,17 @@ export const unparsed = (raw: Buffer, parseError: string, auth: AuthResults): An
   authenticatedFrom: null,
   knownFrom: null,
   spam: scoreSpam(emptyParsed, auth),
-  event: classify(emptyParsed, raw)
+  event: classify(emptyParsed, raw),
+  signals: []
 })
+
+const safeSignals = (parsed: ParsedEmail): ReadonlyArray<Signal> => {
+  try {
+    return trustSignals(parsed)
+  } catch {
+    return []
+  }
+}
 
 /** `auth` null: no client address (nothing to check SPF against). */
 export const analyze = async (raw: Buffer, auth: AuthCheckOptions | null): Promise<Analysis> => {
@@ -65,6 +77,8 @@ export const analyze = async (raw: Buffer, auth: AuthCheckOptions | null): Promi
     authenticatedFrom: authenticatedFrom !== null && authenticatedFrom === parsed.from?.address ? authenticatedFrom : null,
     knownFrom: knownFrom !== null && knownFrom === parsed.from?.address?.trim().toLowerCase() ? knownFrom : null,
     spam: scoreSpam(parsed, results),
-    event: classify(parsed, raw)
+    event: classify(parsed, raw),
+    // A rule failing on strange input must not cost the message its acceptance.
+    signals: parseError === null ? safeSignals(parsed) : []
   }
 }

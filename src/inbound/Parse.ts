@@ -11,6 +11,7 @@ import {
   MailParser,
   type MessageText
 } from "mailparser"
+import { sniff, SNIFF_BYTES } from "../trust/Sniff.js"
 
 export interface ParsedAttachment {
   readonly filename: string | null
@@ -18,6 +19,8 @@ export interface ParsedAttachment {
   readonly size_bytes: number
   readonly content_id: string | null
   readonly disposition: string | null
+  /** What the content is, from its first bytes (src/trust/Sniff.ts); null when unknown. */
+  readonly kind?: string | null
 }
 
 export interface ParsedEmail {
@@ -125,6 +128,8 @@ interface Collected {
   text: string | undefined
   html: string | undefined
   attachments: Array<AttachmentStream>
+  /** The first SNIFF_BYTES of each attachment, in order. */
+  heads: Array<Buffer>
 }
 
 /**
@@ -136,7 +141,7 @@ interface Collected {
 const collect = (raw: Buffer) =>
   new Promise<Collected>((resolve, reject) => {
     const parser = new MailParser({ skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true, skipTextLinks: true })
-    const out: Collected = { headers: new Map(), headerLines: [], text: undefined, html: undefined, attachments: [] }
+    const out: Collected = { headers: new Map(), headerLines: [], text: undefined, html: undefined, attachments: [], heads: [] }
     let settled = false
     const fail = (e: unknown) => {
       if (settled) return
@@ -152,8 +157,13 @@ const collect = (raw: Buffer) =>
     parser.on("data", (data: AttachmentStream | MessageText) => {
       if (data.type === "attachment") {
         out.attachments.push(data)
-        // Drained, not kept; the hasher counts the size. release() lets the parser go on.
-        data.content.on("data", () => {})
+        // Drained, not kept (only the first bytes, to tell what it is); the hasher counts the size.
+        // release() lets the parser go on.
+        const index = out.heads.push(Buffer.alloc(0)) - 1
+        data.content.on("data", (chunk: Buffer) => {
+          const head = out.heads[index]!
+          if (head.length < SNIFF_BYTES) out.heads[index] = Buffer.concat([head, chunk.subarray(0, SNIFF_BYTES - head.length)])
+        })
         data.content.on("end", () => data.release())
         data.content.on("error", fail)
       } else {
@@ -208,7 +218,8 @@ const parseUnsafe = async (raw: Buffer): Promise<ParsedEmail> => {
     date: dateValue instanceof Date ? dateValue : undefined,
     text: collected.text,
     html: collected.html,
-    attachments: collected.attachments
+    attachments: collected.attachments,
+    heads: collected.heads
   }
   // No prototype: a header named `constructor`, `__proto__` or `toString` is a header like any other.
   const headers: Record<string, string> = Object.create(null)
@@ -240,12 +251,13 @@ const parseUnsafe = async (raw: Buffer): Promise<ParsedEmail> => {
     contentTypeParams: params,
     text: mail.text ?? null,
     html: typeof mail.html === "string" ? mail.html : null,
-    attachments: mail.attachments.map((a) => ({
+    attachments: mail.attachments.map((a, i) => ({
       filename: a.filename ?? null,
       content_type: a.contentType.toLowerCase(),
       size_bytes: a.size,
       content_id: a.contentId ?? null,
-      disposition: a.contentDisposition ?? null
+      disposition: a.contentDisposition ?? null,
+      kind: sniff(mail.heads[i] ?? Buffer.alloc(0))
     }))
   }
 }

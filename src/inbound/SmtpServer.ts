@@ -24,6 +24,7 @@ import { checkCommand } from "./Commands.js"
 import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
 import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { InboundStore } from "./Store.js"
+import { policiesOf, policyBreach } from "../trust/AttachmentPolicy.js"
 
 export const MAX_MESSAGE_BYTES = 30 * 1024 * 1024
 export const MAX_RECIPIENTS = 100
@@ -123,13 +124,26 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
         ? { ip: session.remoteAddress, helo: session.hostNameAppearsAs ?? null, sender: envelopeFrom, dnsServer }
         : null
     )
+    // Attachment policies of the organizations reached: one that rejects refuses the whole
+    // message at DATA (552 5.3.4), one that quarantines holds back that organization's copies.
+    const orgIds = [...new Set(rcpts.filter((r) => r.wake === null).map((r) => r.orgId))]
+    const policies = orgIds.length === 0 ? new Map() : await run(policiesOf(orgIds).pipe(Effect.provideService(SqlClient.SqlClient, sql)))
+    const policyQuarantine: Array<string> = []
+    for (const [orgId, policy] of policies) {
+      const breach = policyBreach(policy, analysis.parsed.attachments)
+      if (breach === undefined) continue
+      // The reason may quote a filename the sender chose: no control character reaches the reply.
+      if (policy.action === "reject") return { _tag: "PolicyRejected", reason: breach.replace(/[\u0000-\u001f\u007f]/g, "_") } as const
+      policyQuarantine.push(orgId)
+    }
     const message = {
       raw,
       envelopeFrom,
       clientAddress: session.remoteAddress ?? null,
       helo: session.hostNameAppearsAs ?? null,
       ...analysis,
-      command
+      command,
+      policyQuarantine
     }
     return run(store.store(message, rcpts).pipe(
       Effect.map((stored) => ({ _tag: "Stored", stored } as const)),
@@ -156,6 +170,9 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
               return callback(smtpError(554, `5.6.0 A wake address takes a command: ${outcome.problem}`))
             }
             if (outcome._tag === "Refused") return callback(smtpError(550, outcome.reason))
+            if (outcome._tag === "PolicyRejected") {
+              return callback(smtpError(552, `5.3.4 Message refused by the recipient's attachment policy: ${outcome.reason}`))
+            }
             const stored = outcome.stored
             if (stored.every((s) => s.status === "rejected")) {
               return callback(smtpError(550, "5.7.1 Message rejected as spam"))

@@ -30,6 +30,8 @@ import { type EventType, isAutoSubmitted } from "./Classify.js"
 import type { ParsedEmail } from "./Parse.js"
 import { copyKey, type Recipient } from "./Recipients.js"
 import type { SpamVerdict } from "./SpamScore.js"
+import { quarantineMatch } from "../filters/Evaluate.js"
+import { senderFacts, type Trust } from "../trust/Trust.js"
 
 export interface InboundMessage {
   readonly raw: Buffer
@@ -47,6 +49,10 @@ export interface InboundMessage {
   readonly event: EventType
   /** The wake command the message carries (its `application/json` part), for copies to wake addresses. */
   readonly command: CommandPart | null
+  /** Trust signals of its content (src/trust/Signals.ts). */
+  readonly signals: ReadonlyArray<string>
+  /** Organizations whose attachment policy quarantines this message (src/trust/AttachmentPolicy.ts). */
+  readonly policyQuarantine?: ReadonlyArray<string>
 }
 
 /** A copy for a function's wake address that carries a command is a `wake.command`; the rest keep the message's type. */
@@ -59,7 +65,9 @@ export interface StoredEmail {
   /** The conversation it joins (src/threads/Threading.ts). */
   readonly threadId: string
   readonly recipient: Recipient
-  readonly status: "accepted" | "rejected"
+  /** quarantined: held back by a quarantine filter or the attachment policy (stored, not delivered). */
+  readonly status: "accepted" | "rejected" | "quarantined"
+  readonly trust: Trust
 }
 
 /**
@@ -88,6 +96,14 @@ export class MoreOnEmailStored extends Context.Reference<MoreOnEmailStored>()("m
  * transaction.
  */
 const RAW_PIECE_BYTES = 8 * 1024 * 1024
+
+/** How long quarantined mail waits for a release before it is deleted. */
+export const QUARANTINE_MS = 30 * 24 * 3600 * 1000
+
+/** Held back for the recipient's organization: a quarantine filter matches, or its attachment policy says so. */
+export const isQuarantined = (r: Recipient, message: InboundMessage) =>
+  (message.policyQuarantine ?? []).includes(r.orgId) ||
+  quarantineMatch(r.filters, message.parsed.from?.address ?? message.envelopeFrom ?? "", message.signals) !== undefined
 
 export const isRejected = (spam: SpamVerdict, threshold: number | null) => threshold !== null && spam.score > threshold
 
@@ -178,6 +194,8 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
             size_bytes: message.raw.length,
             spam_score: message.spam.score,
             auth: JSON.stringify(message.auth),
+            trust: JSON.stringify(email.trust),
+            quarantine_expires_at: email.status === "quarantined" ? new Date(Date.now() + QUARANTINE_MS) : null,
             event_type: eventOf(r, message),
             status: email.status,
             rejection_reason: email.status === "rejected"
@@ -283,20 +301,33 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
         const threadOf = new Map(orgs.map((o, i) => [o, threads[i]!]))
         // Received mail (not a wake command, not rejected) ends the watches of the threads it joins.
         const replied = new Set(distinct.filter((r) =>
-          eventOf(r, message) === "email.received" && r.wake === null && !isRejected(message.spam, r.spamThreshold)
+          eventOf(r, message) === "email.received" && r.wake === null && !isRejected(message.spam, r.spamThreshold) &&
+          !isQuarantined(r, message)
         ).map((r) => r.orgId))
+        const facts = yield* senderFacts(orgs, p.from?.address ?? null, message.authenticatedFrom).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+        const trustOf = (orgId: string): Trust => ({
+          sender_authenticated: message.authenticatedFrom !== null,
+          sender_known: facts.known.has(orgId),
+          registry_verified: facts.registry,
+          auto_submitted: isAutoSubmitted(p.headers),
+          signals: message.signals
+        })
         const merges = orgs.flatMap((o) => threading.mergeStatements(o, threadOf.get(o)!, replied.has(o)))
         const copies: Array<Copy> = []
         for (const r of distinct) {
           const rejected = isRejected(message.spam, r.spamThreshold)
+          // A wake address takes commands whatever they look like: its allowlist decides.
+          const quarantined = !rejected && r.wake === null && isQuarantined(r, message)
           const email: StoredEmail = {
             id: randomUUID(),
             orgId: r.orgId,
             threadId: threadOf.get(r.orgId)!.threadId,
             recipient: r,
-            status: rejected ? "rejected" : "accepted"
+            status: rejected ? "rejected" : quarantined ? "quarantined" : "accepted",
+            trust: trustOf(r.orgId)
           }
-          const attached = rejected
+          // Rejected and quarantined mail gets no delivery, event or other attached work.
+          const attached = rejected || quarantined
             ? []
             : (yield* Effect.forEach(hooks, (hook) => hook(email, message))).flatMap((o) => Option.toArray(o))
           copies.push({ email, attached })

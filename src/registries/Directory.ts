@@ -37,7 +37,7 @@ export const parseRegistryRecipient = (value: string): { readonly name: string; 
 }
 
 /** The entry `e`'s publisher can still send from its address (see Senders.ts for the rule). */
-const STILL_SENDABLE = `(EXISTS (SELECT 1 FROM organizations o WHERE o.id = e.org_id
+export const STILL_SENDABLE = `(EXISTS (SELECT 1 FROM organizations o WHERE o.id = e.org_id
     AND o.managed_inbox_address IN (e.address, regexp_replace(e.address, '^([^+@]+)\\+[^@]*(@.*)$', '\\1\\2')))
   OR EXISTS (SELECT 1 FROM domains d WHERE d.org_id = e.org_id AND d.domain = split_part(e.address, '@', 2)
     AND d.verified_at IS NOT NULL))`

@@ -95,7 +95,7 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
       requests: ReadonlyArray<{ readonly address: string; readonly base: string; readonly domain: string; readonly wake: string | null }>
     ) => {
       const candidates = (org: Statement.Fragment, dom: Statement.Fragment) =>
-        sql`(SELECT coalesce(json_agg(json_build_object('type', f.type, 'pattern', f.pattern) ORDER BY f.created_at), '[]'::json)
+        sql`(SELECT coalesce(json_agg(json_build_object('type', f.type, 'pattern', f.pattern, 'signals', f.signals) ORDER BY f.created_at), '[]'::json)
                FROM filters f WHERE f.org_id = ${org} AND f.enabled AND (f.domain_id IS NULL OR f.domain_id = ${dom})) AS filters,
             (SELECT coalesce(json_agg(json_build_object('id', r.id, 'pattern', r.pattern, 'endpoint', to_json(e)) ORDER BY r.created_at, r.id), '[]'::json)
                FROM routes r JOIN endpoints e ON e.id = r.endpoint_id AND e.org_id = r.org_id

@@ -4,6 +4,7 @@
  * stream's documentation are generated from these same schemas.
  */
 import { JSONSchema, Schema, SchemaAST } from "effect"
+import { TrustSchema } from "../trust/Trust.js"
 
 const jsonId = (id: string) => ({ [SchemaAST.JSONIdentifierAnnotationId]: id })
 
@@ -51,6 +52,7 @@ export const EmailPayloadSchema = Schema.Struct({
   auto_submitted: Schema.Boolean.annotations({
     description: "the message says an automaton sent it (Auto-Submitted other than `no`, or Precedence bulk, junk or list): do not answer it"
   }),
+  trust: TrustSchema,
   attachments: Schema.Array(Schema.Struct({
     filename: Schema.NullOr(Schema.String),
     content_type: Schema.String,

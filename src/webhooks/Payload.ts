@@ -6,6 +6,7 @@
 import { Schema } from "effect"
 import { randomToken } from "../platform/Secrets.js"
 import { EmailEventSchema } from "./Events.js"
+import type { Trust } from "../trust/Trust.js"
 
 export const TEXT_LIMIT_BYTES = 256 * 1024
 
@@ -53,6 +54,8 @@ export interface EmailPayload {
   readonly auth: EmailAuth
   /** The message says an automaton sent it (Auto-Submitted other than `no`, Precedence bulk/junk/list). */
   readonly auto_submitted: boolean
+  /** Who is proven to have sent it and the content's trust signals, as judged when it arrived. */
+  readonly trust: Trust
   readonly attachments: ReadonlyArray<PayloadAttachment>
   readonly raw_url: string
   readonly attachments_url: string
@@ -163,6 +166,7 @@ export const syntheticEmailReceived = (input: {
       spam_score: 0,
       auth: { spf: "none", dkim: "none", dmarc: "none" },
       auto_submitted: false,
+      trust: { sender_authenticated: false, sender_known: false, registry_verified: false, auto_submitted: false, signals: [] },
       attachments: [],
       raw_url: `${input.publicBaseUrl}/v1/emails/${emailId}/raw?token=test`,
       attachments_url: `${input.publicBaseUrl}/v1/emails/${emailId}/attachments.tar.gz?token=test`

@@ -57,6 +57,21 @@ export const emailsList: Handler<typeof S.emailsList> = (o) =>
     yield* showList(target.json, page, emailColumns)
   })
 
+export const emailsQuarantined: Handler<typeof S.emailsQuarantined> = (o) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    const page = yield* fetchPages(o, (cursor) =>
+      client.emails.list({ urlParams: { status: "quarantined" as const, ...pageParams(o.limit, cursor) } }))
+    yield* showList(target.json, page, [...emailColumns, col<EmailSummary>("signals", (e) => e.trust.signals.join(",") || "-")])
+  })
+
+export const emailsRelease: Handler<typeof S.emailsRelease> = (o) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    const email = yield* client.quarantine.release({ path: { id: o.id }, headers: {} })
+    yield* done(target.json, `Released ${email.id}: delivered as new mail`, email)
+  })
+
 export const emailsGet: Handler<typeof S.emailsGet> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient

@@ -4,6 +4,7 @@ import type { Domain } from "../../domains/Api.js"
 import { type Endpoint, Rules } from "../../endpoints/Api.js"
 import type { Filter } from "../../filters/Api.js"
 import type { Route } from "../../routes/Api.js"
+import type { Signal as SignalName } from "../../trust/Signals.js"
 import { CliFailure } from "../Failure.js"
 import { col, showList, showOne } from "../Output.js"
 import { authedClient } from "../Session.js"
@@ -156,7 +157,7 @@ export const endpointsTest: Handler<typeof S.endpointsTest> = (o) =>
 const filterColumns = [
   col<Filter>("id", (f) => f.id),
   col<Filter>("type", (f) => f.type),
-  col<Filter>("pattern", (f) => f.pattern),
+  col<Filter>("pattern", (f) => f.pattern ?? (f.signals ?? []).join(",")),
   col<Filter>("domain", (f) => f.domain_id ?? "(all)"),
   col<Filter>("enabled", (f) => f.enabled)
 ]
@@ -172,7 +173,15 @@ export const filtersAdd: Handler<typeof S.filtersAdd> = (o) =>
   Effect.gen(function*() {
     const { client, target } = yield* authedClient
     const domain = yield* domainIdValue(o.domainId)
-    const f = yield* client.filters.create({ payload: { type: o.type, pattern: o.pattern, ...domain }, headers: {} })
+    const f = yield* client.filters.create({
+      payload: {
+        type: o.type,
+        ...opt("pattern", o.pattern),
+        ...(o.signals.length > 0 ? { signals: o.signals as ReadonlyArray<SignalName> } : {}),
+        ...domain
+      },
+      headers: {}
+    })
     yield* showOne(target.json, f)
   })
 

@@ -1,0 +1,61 @@
+/**
+ * The account's attachment policy: how many attachments, how large, which types (judged from the
+ * content's bytes, Sniff.ts; the declared type only where the bytes tell nothing), and what happens
+ * to mail that breaks it: `reject` refuses it at DATA (`552 5.3.4`), `quarantine` stores it held back.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect, Schema } from "effect"
+import type { ParsedAttachment } from "../inbound/Parse.js"
+import { matchesType } from "./Sniff.js"
+
+const TypeName = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)).annotations({
+  description: "a MIME type (application/pdf), a family (image/*), a kind (exe, elf, zip, rar, 7z, pdf, png, …) or the groups " +
+    "`executable` and `archive`"
+})
+
+export const AttachmentPolicy = Schema.Struct({
+  max_bytes: Schema.optionalWith(Schema.NullOr(Schema.Int.pipe(Schema.between(1, 50 * 1024 * 1024))), { exact: true })
+    .annotations({ description: "largest single attachment in bytes; null: no limit" }),
+  max_count: Schema.optionalWith(Schema.NullOr(Schema.Int.pipe(Schema.between(0, 1000))), { exact: true })
+    .annotations({ description: "most attachments in one message; null: no limit" }),
+  allowed_types: Schema.optionalWith(Schema.NullOr(Schema.Array(TypeName).pipe(Schema.maxItems(100))), { exact: true })
+    .annotations({ description: "when set, every attachment must be one of these types" }),
+  blocked_types: Schema.optionalWith(Schema.Array(TypeName).pipe(Schema.maxItems(100)), { exact: true })
+    .annotations({ description: "no attachment may be one of these types" }),
+  action: Schema.Literal("reject", "quarantine").annotations({
+    description: "reject: refused over SMTP at DATA with 552 5.3.4; quarantine: stored, not delivered, until released"
+  })
+}).annotations({ identifier: "AttachmentPolicy", description: "applies to mail received by the account" })
+export type AttachmentPolicy = typeof AttachmentPolicy.Type
+
+/** Why the attachments break the policy; undefined when they do not. */
+export const policyBreach = (policy: AttachmentPolicy, attachments: ReadonlyArray<ParsedAttachment>): string | undefined => {
+  if (policy.max_count != null && attachments.length > policy.max_count) {
+    return `more than ${policy.max_count} attachments`
+  }
+  for (const a of attachments) {
+    const facts = { kind: a.kind ?? null, filename: a.filename, content_type: a.content_type }
+    const name = a.filename ?? "an attachment"
+    if (policy.max_bytes != null && a.size_bytes > policy.max_bytes) return `${name} is larger than ${policy.max_bytes} bytes`
+    const blocked = (policy.blocked_types ?? []).find((t) => matchesType(t, facts))
+    if (blocked !== undefined) return `${name} is of a blocked type (${blocked})`
+    if (policy.allowed_types != null && !policy.allowed_types.some((t) => matchesType(t, facts))) {
+      return `${name} is not of an allowed type`
+    }
+  }
+  return undefined
+}
+
+/** The policies of the organizations a message reaches (only those that set one). */
+export const policiesOf = (orgIds: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql<{ id: string; attachment_policy: AttachmentPolicy | string }>`
+      SELECT id, attachment_policy FROM organizations
+       WHERE id IN (SELECT value::uuid FROM json_array_elements_text(${JSON.stringify(orgIds)}::json))
+         AND attachment_policy IS NOT NULL`
+    return new Map(rows.map((r) => [
+      r.id,
+      (typeof r.attachment_policy === "string" ? JSON.parse(r.attachment_policy) : r.attachment_policy) as AttachmentPolicy
+    ]))
+  })

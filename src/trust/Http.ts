@@ -1,0 +1,26 @@
+/** Handlers of quarantine. */
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect, Layer } from "effect"
+import { MailroomApi } from "../Api.js"
+import { NotFound } from "../contract/Errors.js"
+import { CurrentPrincipal } from "../contract/Security.js"
+import { DownloadTokens } from "../emails/DownloadTokens.js"
+import { toEmail } from "../emails/Http.js"
+import { EmailsRepo } from "../emails/Repo.js"
+import { AppConfig } from "../platform/Config.js"
+import { QuarantineRelease } from "./Release.js"
+
+export const QuarantineHttpLive = HttpApiBuilder.group(MailroomApi, "quarantine", (handlers) =>
+  Effect.gen(function*() {
+    const quarantine = yield* QuarantineRelease
+    const repo = yield* EmailsRepo
+    const tokens = yield* DownloadTokens
+    const config = yield* AppConfig
+    return handlers.handle("release", ({ path }) =>
+      Effect.gen(function*() {
+        const { orgId } = yield* CurrentPrincipal
+        yield* quarantine.release(orgId, path.id)
+        const row = yield* Effect.flatten(repo.find(orgId, path.id)).pipe(Effect.mapError(() => new NotFound({ message: "email not found" })))
+        return yield* toEmail(config.publicBaseUrl, row).pipe(Effect.provideService(DownloadTokens, tokens))
+      }))
+  })).pipe(Layer.provide([QuarantineRelease.Default, EmailsRepo.Default]))

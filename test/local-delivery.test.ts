@@ -11,6 +11,7 @@ import { readdirSync } from "node:fs"
 import { join } from "node:path"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { AppConfig } from "../src/platform/Config.js"
+import { TestDns, testServiceWithDns } from "./support/dns.js"
 import { testService } from "./support/harness.js"
 import { type Hooks, startHooks } from "./support/hooks.js"
 import { call } from "./support/http.js"
@@ -27,10 +28,24 @@ const Env = Provisioning.Default.pipe(
     testService(NO_DNS).pipe(Layer.merge(Layer.succeed(Receiver, hooks))))))
 )
 
+/** With a relay, and a DNS server of the test's (for verifying domains; it publishes no DKIM keys). */
 const RelayEnv = Provisioning.Default.pipe(
   Layer.provideMerge(Layer.unwrapScoped(Effect.map(startTestRelay, (relay) =>
-    testService({ ...NO_DNS, OUTBOUND_SMTP_URL: relay.url }).pipe(Layer.merge(Layer.succeed(Relay, relay))))))
+    testServiceWithDns({ FUNCTION_TIMEOUT: "10s", OUTBOUND_SMTP_URL: relay.url }).pipe(Layer.merge(Layer.succeed(Relay, relay))))))
 )
+
+const verifiedDomain = (token: string) =>
+  Effect.gen(function*() {
+    const dns = yield* TestDns
+    const domain = `b-${Math.random().toString(36).slice(2, 9)}.test`
+    const d = yield* call("POST", "/v1/domains", { token, body: { domain } })
+    expect(d.status, d.text).toBe(201)
+    dns.zone.set(`_mailroom.${domain}`, { TXT: [`mailroom-verification=${d.body.data.verification_token}`] })
+    dns.zone.set(domain, { MX: [{ exchange: "mx.agents.localhost", priority: 10 }] })
+    const v = yield* call("POST", `/v1/domains/${d.body.data.id}/verify`, { token })
+    expect(v.body.data.verified, v.text).toBe(true)
+    return domain
+  })
 
 const newOrg = (plan: "agent" | "developer" = "developer") =>
   Effect.gen(function*() {
@@ -221,8 +236,29 @@ layer(RelayEnv, { timeout: 120_000, excludeTestServices: true })("local delivery
       expect(got[0]).toMatchObject({ subject: "split", auth: { dmarc: "pass" } })
 
       // Local only: the relay is not used at all.
+      const onlyLocal = relay.messages.length
       const local = yield* send(a.token, { from: a.inbox, to: b.inbox, subject: "local only", text: "here" })
       expect(local.status, local.text).toBe(201)
-      expect(relay.messages.length).toBe(before + 1)
+      expect(relay.messages.length).toBe(onlyLocal)
+    }))
+
+  it.effect("a verified domain of another organization is local too; mail from it arrives authenticated though DNS has no DKIM key", () =>
+    Effect.gen(function*() {
+      const a = yield* newOrg()
+      const b = yield* newOrg()
+      const relay = yield* Relay
+      const domain = yield* verifiedDomain(b.token)
+      const before = relay.messages.length
+      const toB = yield* send(a.token, { from: a.inbox, to: `sales@${domain}`, subject: "to the domain", text: "hello" })
+      expect(toB.status, toB.text).toBe(201)
+      const got = yield* until("B's copy", Effect.map(inboxOf(b.token), (l) => l.find((e) => e.subject === "to the domain")))
+      expect(got.recipient).toBe(`sales@${domain}`)
+      const fromB = yield* send(b.token, { from: `ceo@${domain}`, to: a.inbox, subject: "from the domain", text: "signed here" })
+      expect(fromB.status, fromB.text).toBe(201)
+      const inA = yield* until("A's copy", Effect.map(inboxOf(a.token), (l) => l.find((e) => e.subject === "from the domain")))
+      expect(inA.auth).toEqual({ spf: "pass", dkim: "pass", dmarc: "pass" })
+      const raw = yield* call("GET", `/v1/emails/${inA.id}/raw`, { token: a.token })
+      expect(raw.text).toMatch(new RegExp(`^DKIM-Signature:[^]*?d=${domain.replace(/\./g, "\\.")}`, "m"))
+      expect(relay.messages.length).toBe(before)
     }))
 })

@@ -2,7 +2,7 @@
  * The send path shared by `POST /send-mail`, replies, forwards and the scheduled-send timers:
  * validation, the sender check, the first-send gate, the plan's quotas, then the message is
  * recorded (`recordSentEmail`) and, when due now, composed, DKIM-signed and relayed inside the
- * request. Scheduled sends repeat the sender, gate and quota checks when they come due (`deliver`).
+ * request (recipients this service receives are delivered here instead: LocalDelivery.ts). Scheduled sends repeat the sender, gate and quota checks when they come due (`deliver`).
  *
  * Quotas: one message = one unit against the plan's `send_per_hour` and `send_per_day`, sliding
  * windows counted on the sent emails themselves (`quota_at`), decided under a per-organization

@@ -133,6 +133,10 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("extracted_text", (i
         expect(sent.status).toBe(201)
         const detail = yield* call("GET", `/v1/sent-emails/${sent.body.data.id}`, { token: org.apiKey })
         expect(detail.body.data).toMatchObject({ text, extracted_text: "Yes, ship it on Monday." })
+        // Its search document ranks on the same text.
+        const sql = yield* SqlClient.SqlClient
+        const [doc] = yield* sql<{ extracted: string | null }>`SELECT extracted FROM search_documents WHERE id = ${sent.body.data.id}`
+        expect(doc!.extracted).toBe("Yes, ship it on Monday.")
 
         const html = yield* call("POST", "/v1/send-mail", {
           token: org.apiKey,

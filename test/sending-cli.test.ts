@@ -89,7 +89,9 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("sending CLI", (it) => 
         expect(sent.code, sent.stderr).toBe(0)
         expect(sent.stdout).toMatch(new RegExp(`^Sent [0-9a-f-]{36} to ${to}, carol@example.org \\(relay: 250`))
         const [m] = yield* relayedTo(to)
-        expect(m!.envelope.from).toBe(org.inbox)
+        // The envelope sender is the message's VERP return path on the managed domain (bounces come back to it).
+        expect(m!.envelope.from).toMatch(/^bounces\+[0-9a-f]{48}@/)
+        expect(m!.envelope.from.split("@")[1]).toBe(org.inbox.split("@")[1])
         expect(m!.parsed.subject).toBe("Quarterly")
         expect(m!.parsed.text?.trim()).toBe("Numbers attached.")
         expect(m!.parsed.html).toContain("<b>attached</b>")

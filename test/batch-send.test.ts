@@ -46,7 +46,7 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail batch", (
           { from: "someone@elsewhere.example", to: "x@example.com", subject: "foreign sender", text: "x" },
           { to: "y@example.com", subject: "no body" },
           { to: "z@example.com", subject: "extra", text: "x", bogus: true },
-          "not even an object",
+          { to: ["a@example.com"], subject: 42, text: "x" },
           good(7),
           { ...good(8), send_at: new Date(Date.now() + 3_600_000).toISOString() }
         ]
@@ -67,7 +67,7 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail batch", (
         expect(results[4]!.error).toMatchObject({ code: "validation_error", message: "text: one of text and html is required" })
         expect(results[5]!.error!.code).toBe("validation_error")
         expect(results[5]!.error!.message).toContain("bogus")
-        expect(results[6]!.error!.code).toBe("validation_error")
+        expect(results[6]!.error).toMatchObject({ code: "validation_error", details: { issues: [{ field: "subject" }] } })
         // Each sent message is a sent email of its own.
         const got = yield* call("GET", `/v1/sent-emails/${results[2]!.email!.id}`, { token: org.token })
         expect(got.status).toBe(200)
@@ -106,6 +106,10 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail batch", (
         expect(many.status).toBe(400)
         expect(many.body.error.code).toBe("validation_error")
         expect(many.body.error.message).toContain("messages")
+        // Each message must at least be an object: anything else is the whole request's 400.
+        const notObject = yield* batch(org.token, [{ to: "a@example.com", subject: "x", text: "x" }, "not even an object"])
+        expect(notObject.status).toBe(400)
+        expect(notObject.body.error.message).toContain("messages[1]")
         const none = yield* call("POST", "/v1/send-mail/batch", { token: org.token, body: { message: [] } })
         expect(none.status).toBe(400)
         expect((yield* call("POST", "/v1/send-mail/batch", { body: { messages: [] } })).status).toBe(401)

@@ -28,6 +28,7 @@ import { DemoApi } from "./demo/Api.js"
 import { ThreadsApi } from "./threads/Api.js"
 import { SearchApi } from "./search/Api.js"
 import { SendingApi } from "./sending/Api.js"
+import { SuppressionsApi } from "./bounces/Api.js"
 import { EventsApi } from "./events/Api.js"
 import { webhooksSection } from "./webhooks/Events.js"
 
@@ -171,6 +172,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(ThreadsApi)
   .add(SearchApi)
   .add(SendingApi)
+  .add(SuppressionsApi)
   .add(EventsApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)

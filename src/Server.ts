@@ -62,6 +62,7 @@ import { EmailRail, EmailRailHookLive, EmailRailWorkerLive, type EmailRailWorker
 import { SettlementReconcilerLive } from "./payments/Reconciler.js"
 import { Mailer } from "./mail/Mailer.js"
 import { SendingHttpLive } from "./sending/Http.js"
+import { SuppressionsHttpLive } from "./bounces/Http.js"
 import { OutboundRelay } from "./sending/Relay.js"
 import { LocalDelivery } from "./sending/LocalDelivery.js"
 import { SendSchedulerLive, type SendSchedulerOptions } from "./sending/Scheduler.js"
@@ -193,6 +194,7 @@ const AreaHandlers = [
   ThreadsHttpLive,
   SearchHttpLive,
   SendingHttpLive,
+  SuppressionsHttpLive,
   EventsHttpLive
 ] as const
 

@@ -18,7 +18,7 @@ describe("error table", () => {
       not_found: 404, validation_error: 400, mx_conflict: 409, conflict: 409, rate_limited: 429,
       rate_limit_exceeded: 429, outbound_capacity_exhausted: 503, internal_error: 500,
       recipient_not_allowed: 403, cannot_send_from_domain: 403, inbound_not_repliable: 422, not_scheduled: 409,
-      discard_not_enabled: 403, loop_detected: 429, search_timeout: 504, outbound_unreachable: 502, outbound_relay_timeout: 504,
+      discard_not_enabled: 403, loop_detected: 429, recipient_suppressed: 422, search_timeout: 504, outbound_unreachable: 502, outbound_relay_timeout: 504,
       outbound_relay_failed: 502, outbound_response_malformed: 502, outbound_key_invalid: 500,
       feature_disabled: 403, no_payout_address: 422, payment_declined: 422, payment_verification_failed: 422,
       settlement_failed: 502, challenge_expired: 422, authorization_pending: 400, slow_down: 400,

@@ -106,7 +106,7 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("inboxes", (it) => {
     it.effect("invalid usernames and bodies are 400 validation_error", () =>
       Effect.gen(function*() {
         const org = yield* newOrg()
-        for (const username of ["", "a+b", "-lead", "trail.", "dots..here", "fn-wake", "x".repeat(65), "sp ace", "ü"]) {
+        for (const username of ["", "a+b", "-lead", "trail.", "dots..here", "fn-wake", "bounces", "Bounces", "x".repeat(65), "sp ace", "ü"]) {
           expectError(yield* create(org.token, { username }), 400, "validation_error")
         }
         expectError(yield* create(org.token, { display_name: "" }), 400, "validation_error")

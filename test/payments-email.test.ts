@@ -180,7 +180,9 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments by email o
         expect(challenge).toMatchObject({ status: "pending", deliver_to: payer.inbox, is_payee: true })
         expect(challenge.sent_email_id).toMatch(/^[0-9a-f-]{36}$/)
         // The mail: from the payee's managed inbox, an x402 PaymentRequired part equal to the challenge's.
-        expect(message.from).toBe(payee.inbox)
+        // The envelope sender is the message's VERP return path; the From header names the sender.
+        expect(message.from).toMatch(/^bounces\+[0-9a-f]{48}@/)
+        expect(message.raw.toString("latin1").split("\r\n\r\n")[0]).toMatch(new RegExp(`^From: (.*<)?${payee.inbox.replace(/[.+]/g, "\\$&")}>?\r?$`, "mi"))
         const mailed = yield* Effect.promise(() => partOf(message.raw, "application/x402-payment-required+json"))
         expect(mailed.json).toEqual(challenge.payment_required)
         expect(mailed.mail.headers.get("x-mailroom-payment-challenge")).toBe(challenge.id)
@@ -396,7 +398,10 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("payments by email o
         const unpaused = yield* call("PATCH", "/v1/payments/policy", { token: payer.token, body: { paused: false, per_payment_cap: null } })
         expect(unpaused.status).toBe(200)
         yield* replyWith(payer, emailId, payload)
-        expect((yield* relayed(payee.inbox, 0)).from).toBe(payer.inbox)
+        const answer = yield* relayed(payee.inbox, 0)
+        // The envelope sender is the message's VERP return path; the From header names the sender.
+        expect(answer.from).toMatch(/^bounces\+[0-9a-f]{48}@/)
+        expect(answer.raw.toString("latin1").split("\r\n\r\n")[0]).toMatch(new RegExp(`^From: (.*<)?${payer.inbox.replace(/[.+]/g, "\\$&")}>?\r?$`, "mi"))
       }))
 
     it.effect("a signature by another key: reject mail naming signer_mismatch, payment.failed (verification)", () =>

@@ -18,6 +18,7 @@ import { authenticatedDomain, testServiceWithDns } from "./support/dns.js"
 import { TestServer, testService } from "./support/harness.js"
 import { call } from "./support/http.js"
 import { startTestRelay, type TestRelay } from "./support/relay.js"
+import { dsn } from "./support/reports.js"
 
 class Relay extends Context.Tag("test/Relay")<Relay, TestRelay>() {}
 
@@ -89,7 +90,9 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("sending CLI", (it) => 
         expect(sent.code, sent.stderr).toBe(0)
         expect(sent.stdout).toMatch(new RegExp(`^Sent [0-9a-f-]{36} to ${to}, carol@example.org \\(relay: 250`))
         const [m] = yield* relayedTo(to)
-        expect(m!.envelope.from).toBe(org.inbox)
+        // The envelope sender is the message's VERP return path on the managed domain (bounces come back to it).
+        expect(m!.envelope.from).toMatch(/^bounces\+[0-9a-f]{48}@/)
+        expect(m!.envelope.from.split("@")[1]).toBe(org.inbox.split("@")[1])
         expect(m!.parsed.subject).toBe("Quarterly")
         expect(m!.parsed.text?.trim()).toBe("Numbers attached.")
         expect(m!.parsed.html).toContain("<b>attached</b>")
@@ -286,6 +289,46 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("sending CLI", (it) => 
         const statusJson = json((yield* cli(agent.env, "outbound", "status", "--json")).stdout)
         expect(statusJson).toMatchObject({ relay: "smtp", reachable: true, usage: { last_hour: 1 }, scheduled: 0 })
         expect(statusJson.remaining.hour).toBe(statusJson.limits.send_per_hour - 1)
+      }), SLOW)
+  })
+
+  describe("send-batch and suppressions", () => {
+    it.effect("send-batch sends each message of a JSON file and lists the refused ones; suppressions list and rm", () =>
+      Effect.gen(function*() {
+        const { env, inbox, token } = yield* newOrg()
+        const dir = mkdtempSync(join(tmpdir(), "mailroom-batch-"))
+        const a = `${unique("ba")}@example.com`
+        const file = join(dir, "messages.json")
+        writeFileSync(file, JSON.stringify([{ to: a, subject: "one", text: "1" }, { to: "not an address", subject: "two", text: "2" }]))
+        const r = yield* cli(env, "send-batch", "--file", file)
+        expect(r.code, r.stderr).toBe(0)
+        expect(r.stdout).toContain("validation_error")
+        expect(r.stdout).toContain("1 of 2 sent or scheduled, 1 refused")
+        const asJson = yield* cli(env, "send-batch", "--file", file, "--json")
+        expect(json(asJson.stdout).results[0].email.to).toEqual([a])
+        writeFileSync(join(dir, "bad.json"), "{nope")
+        expect((yield* cli(env, "send-batch", "--file", join(dir, "bad.json"))).code).toBe(2)
+
+        // A hard bounce returned to the message's return path suppresses the address.
+        const relay = yield* Relay
+        const returnPath = relay.messages.find((m) => m.to.includes(a))!.from
+        const server = yield* TestServer
+        yield* Effect.promise(() =>
+          nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true }).sendMail({
+            envelope: { from: "", to: [returnPath] },
+            raw: dsn({ to: returnPath, recipient: a, action: "failed", status: "5.1.1", diagnostic: "550 unknown", messageId: "<x@y>" })
+          }))
+        const listed = yield* cli(env, "suppressions", "list")
+        expect(listed.code, listed.stderr).toBe(0)
+        expect(listed.stdout).toContain(a)
+        expect(listed.stdout).toContain("hard_bounce")
+        const again = yield* cli(env, "send", "--from", inbox, "--to", a, "--subject", "again", "--text", "x")
+        expect(again.code).not.toBe(0)
+        expect(again.stderr).toContain("recipient_suppressed")
+        const rm = yield* cli(env, "suppressions", "rm", a)
+        expect(rm.code, rm.stderr).toBe(0)
+        expect((yield* cli(env, "suppressions", "rm", a)).code).not.toBe(0)
+        expect((yield* call("GET", "/v1/suppressions", { token })).body.meta.total).toBe(0)
       }), SLOW)
   })
 })

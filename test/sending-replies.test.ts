@@ -83,7 +83,9 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("replies and forward
           in_reply_to: "<orig-42@example.com>"
         })
         const { envelope, parsed } = yield* relayedTo(replyTo)
-        expect(envelope.from).toBe(org.inbox)
+        // The envelope sender is the message's VERP return path on the managed domain (bounces come back to it).
+        expect(envelope.from).toMatch(/^bounces\+[0-9a-f]{48}@/)
+        expect(envelope.from.split("@")[1]).toBe(org.inbox.split("@")[1])
         expect(parsed.subject).toBe("Re: Invoice 42")
         expect(parsed.inReplyTo).toBe("<orig-42@example.com>")
         expect(parsed.references).toEqual(["<root-1@example.com>", "<orig-42@example.com>"])

@@ -218,7 +218,9 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("templates", (it) =>
         const sender = `asker-${Math.random().toString(36).slice(2, 8)}@example.com`
         yield* sendMail(org.inbox, `Asker <${sender}>`, "Opening hours?", "<ask-1@example.com>")
         const m = yield* until("the auto-reply at the relay", Effect.sync(() => relay.messages.find((x) => x.to.includes(sender))))
-        expect(m.from).toBe(org.inbox)
+        // The envelope sender is the message's VERP return path; the From header names the sender.
+        expect(m.from).toMatch(/^bounces\+[0-9a-f]{48}@/)
+        expect(m.raw.toString("latin1").split("\r\n\r\n")[0]).toMatch(new RegExp(`^From: (.*<)?${org.inbox.replace(/[.+]/g, "\\$&")}>?\r?$`, "mi"))
         const parsed = yield* Effect.promise(() => simpleParser(m.raw))
         expect(parsed.subject).toBe("Re: Opening hours?")
         expect(parsed.inReplyTo).toBe("<ask-1@example.com>")
@@ -253,7 +255,9 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("templates", (it) =>
         const run = yield* call("POST", `/v1/wakes/${installed.body.data.wakes[0].id}/run`, { token: org.token })
         expect(run.status, run.text).toBe(200)
         const m = yield* until("the digest at the relay", Effect.sync(() => relay.messages.find((x) => x.to.includes(digestTo))))
-        expect(m.from).toBe(org.inbox)
+        // The envelope sender is the message's VERP return path; the From header names the sender.
+        expect(m.from).toMatch(/^bounces\+[0-9a-f]{48}@/)
+        expect(m.raw.toString("latin1").split("\r\n\r\n")[0]).toMatch(new RegExp(`^From: (.*<)?${org.inbox.replace(/[.+]/g, "\\$&")}>?\r?$`, "mi"))
         const parsed = yield* Effect.promise(() => simpleParser(m.raw))
         expect(parsed.subject).toBe("Digest: 2 new messages")
         expect(parsed.headers.get("auto-submitted")).toBe("auto-generated")

@@ -20,6 +20,8 @@ import { call } from "./support/http.js"
 import { samples } from "./support/mailSamples.js"
 import { addressOf, type FacilitatorStub, grantPayments, type Requirements, signPayment, startFacilitatorStub } from "./support/payments.js"
 import { startReceiver } from "./support/receiver.js"
+import { arf, dsn } from "./support/reports.js"
+import { Verp } from "../src/bounces/Verp.js"
 
 class Stub extends Context.Tag("test/FacilitatorStub")<Stub, FacilitatorStub>() {}
 
@@ -94,6 +96,17 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("webhook events", (i
       expect(looper.status, looper.text).toBe(201)
       const looped = yield* call("POST", `/v1/functions/${looper.body.data.id}/invoke`, { token: org.key, body: { event: { email_id: plain!.id } } })
       expect(JSON.parse(looped.body.data.response_body)).toEqual([201, 201, 201, 201, 201, 429])
+
+      // Reports returned to a sent email's return path (email.sent came with the replies above):
+      // a delay, a hard bounce and a complaint.
+      const sentList = yield* call("GET", "/v1/sent-emails?limit=1", { token: org.key })
+      const sentOne = sentList.body.data[0] as { id: string; message_id: string; to: Array<string> }
+      const returnPath = yield* Effect.map(Verp, (v) => v.returnPath(sentOne.id)).pipe(Effect.provide(Verp.Default))
+      const rcpt = /<([^>]+)>/.exec(sentOne.to[0]!)?.[1] ?? sentOne.to[0]!
+      for (const action of ["delayed", "failed"]) {
+        yield* sendRaw("", returnPath, dsn({ to: returnPath, recipient: rcpt, action, status: action === "failed" ? "5.1.1" : "4.4.7", diagnostic: "smtp", messageId: sentOne.message_id }))
+      }
+      yield* sendRaw("", returnPath, arf({ to: returnPath, recipient: rcpt, messageId: sentOne.message_id }))
 
       // A payment that fails verification and one that settles (the payer is `org`).
       const wallet = addressOf(generatePrivateKey())

@@ -1178,6 +1178,36 @@ export const send = leaf({
   ]
 })
 
+export const sendBatch = leaf({
+  name: "send-batch",
+  summary: "Send up to 100 emails in one request, from a JSON file",
+  description: "The file holds a JSON array of send-mail bodies ({from?, to, cc?, bcc?, subject, text?, html?, …}), or " +
+    "{\"messages\": [...]}. Each message is checked, counted and sent on its own: one that fails is listed with " +
+    "its error code and the others are still sent.",
+  flags: {
+    file: required(text("file", "FILE", "the messages as JSON (- for stdin)")),
+    idempotencyKey
+  },
+  args: {},
+  examples: ["mailroom send-batch --file messages.json", "mailroom send-batch --file - --json < messages.json"]
+})
+
+export const suppressionsList = leaf({
+  name: "list",
+  summary: "Addresses sends refuse after a hard bounce or complaint, newest first",
+  flags: { ...paging },
+  args: {},
+  examples: ["mailroom suppressions list", "mailroom suppressions list --all --json"]
+})
+
+export const suppressionsRm = leaf({
+  name: "rm",
+  summary: "Mail an address again: remove it from the suppression list",
+  flags: {},
+  args: { address: textArg("address", "the suppressed address") },
+  examples: ["mailroom suppressions rm ada@example.com"]
+})
+
 export const reply = leaf({
   name: "reply",
   summary: "Reply to a received email (threaded, Re: subject)",
@@ -1216,7 +1246,7 @@ export const sentList = leaf({
   summary: "Sent and scheduled emails, newest first",
   flags: {
     ...paging,
-    status: choice("status", ["scheduled", "sending", "sent", "failed", "canceled"], "only emails in this state"),
+    status: choice("status", ["scheduled", "sending", "sent", "failed", "canceled", "bounced", "complained"], "only emails in this state"),
     to: text("to", "ADDRESS", "only emails with this recipient (to, cc or bcc)"),
     dateFrom: text("date-from", "DATE", "created at or after this time (ISO 8601)"),
     dateTo: text("date-to", "DATE", "created at or before this time (ISO 8601)")

@@ -129,6 +129,7 @@ export const root: Group = group(
       cmd(S.emailsRelease, () => mail().then((m) => m.emailsRelease))
     ]),
     cmd(S.send, () => sending().then((m) => m.send)),
+    cmd(S.sendBatch, () => sending().then((m) => m.sendBatch)),
     cmd(S.reply, () => sending().then((m) => m.reply)),
     cmd(S.forward, () => sending().then((m) => m.forward)),
     group("sent", "Sent and scheduled emails", ["mailroom sent list --status scheduled", "mailroom sent cancel <id>"], [
@@ -136,6 +137,10 @@ export const root: Group = group(
       cmd(S.sentGet, () => sending().then((m) => m.sentGet)),
       cmd(S.sentCancel, () => sending().then((m) => m.sentCancel)),
       cmd(S.sentReschedule, () => sending().then((m) => m.sentReschedule))
+    ]),
+    group("suppressions", "Addresses not mailed after a hard bounce or complaint", ["mailroom suppressions list", "mailroom suppressions rm <address>"], [
+      cmd(S.suppressionsList, () => sending().then((m) => m.suppressionsList)),
+      cmd(S.suppressionsRm, () => sending().then((m) => m.suppressionsRm))
     ]),
     group("outbound", "The outbound relay and send quotas", ["mailroom outbound status"], [
       cmd(S.outboundStatus, () => sending().then((m) => m.outboundStatus))

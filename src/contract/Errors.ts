@@ -58,6 +58,7 @@ export class InboundNotRepliable extends Schema.TaggedError<InboundNotRepliable>
 export class NotScheduled extends Schema.TaggedError<NotScheduled>()("NotScheduled", fields) {}
 export class DiscardNotEnabled extends Schema.TaggedError<DiscardNotEnabled>()("DiscardNotEnabled", fields) {}
 export class LoopDetected extends Schema.TaggedError<LoopDetected>()("LoopDetected", fields) {}
+export class RecipientSuppressed extends Schema.TaggedError<RecipientSuppressed>()("RecipientSuppressed", fields) {}
 export class SearchTimeout extends Schema.TaggedError<SearchTimeout>()("SearchTimeout", fields) {}
 // --- Outbound relay ---------------------------------------------------------------------------
 export class OutboundCapacityExhausted
@@ -110,6 +111,7 @@ export const ErrorTable = {
   NotScheduled: { error: NotScheduled, code: "not_scheduled", status: 409 },
   DiscardNotEnabled: { error: DiscardNotEnabled, code: "discard_not_enabled", status: 403 },
   LoopDetected: { error: LoopDetected, code: "loop_detected", status: 429 },
+  RecipientSuppressed: { error: RecipientSuppressed, code: "recipient_suppressed", status: 422 },
   SearchTimeout: { error: SearchTimeout, code: "search_timeout", status: 504 },
   OutboundCapacityExhausted: { error: OutboundCapacityExhausted, code: "outbound_capacity_exhausted", status: 503 },
   OutboundUnreachable: { error: OutboundUnreachable, code: "outbound_unreachable", status: 502 },

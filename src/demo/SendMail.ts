@@ -78,7 +78,8 @@ export const demoSendMail = (payload: SendMail) =>
       created_at: DEMO_NOW,
       error: null,
       relay_response: scheduled ? null : "250 2.0.0 demo: accepted, nothing was sent",
-      content_discarded: false
+      content_discarded: false,
+      bounce: null
     }
     return sent
   })

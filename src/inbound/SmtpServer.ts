@@ -25,6 +25,7 @@ import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipie
 import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { InboundStore } from "./Store.js"
 import { policiesOf, policyBreach } from "../trust/AttachmentPolicy.js"
+import { BounceIntake } from "../bounces/Intake.js"
 
 export const MAX_MESSAGE_BYTES = 30 * 1024 * 1024
 export const MAX_RECIPIENTS = 100
@@ -37,6 +38,9 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const recipients = yield* Recipients
   const store = yield* InboundStore
+  const bounces = yield* BounceIntake
+  // Sent emails whose VERP return paths this transaction was addressed to (src/bounces/Intake.ts).
+  const returned = new Map<string, Array<string>>()
   const runtime = yield* Effect.runtime<never>()
   const run = Runtime.runPromise(runtime)
   const accepted = new Map<string, Array<Recipient>>()
@@ -71,6 +75,14 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
     if (addresses.has(normalized) || list.some((r) => r.address === normalized)) return callback()
     if (addresses.size >= MAX_RECIPIENTS) {
       return callback(smtpError(452, `4.5.3 Too many recipients (at most ${MAX_RECIPIENTS} per message)`))
+    }
+    const verp = bounces.rcpt(address.address)
+    if (verp._tag === "Unknown") return callback(smtpError(550, `5.1.1 <${address.address}>: no such return path here`))
+    if (verp._tag === "Accepted") {
+      returned.set(session.id, [...(returned.get(session.id) ?? []), verp.sentEmailId])
+      addresses.add(normalized)
+      given.set(session.id, addresses)
+      return callback()
     }
     const check = Effect.gen(function*() {
       const found = yield* recipients.lookup(address.address)
@@ -109,7 +121,13 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
     )
   }
 
-  const process = async (raw: Buffer, session: SMTPServerSession, rcpts: Array<Recipient>) => {
+  const process = async (raw: Buffer, session: SMTPServerSession, accepted: Array<Recipient>, returnedFor: ReadonlyArray<string>) => {
+    // Reports to return paths are applied; what is not a report is kept as the organization's mail.
+    const rcpts = [...accepted]
+    for (const r of returnedFor.length === 0 ? [] : await run(bounces.data(raw, returnedFor))) {
+      if (!rcpts.some((x) => copyKey(x) === copyKey(r))) rcpts.push(r)
+    }
+    if (rcpts.length === 0) return { _tag: "Report" } as const
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null
     // A wake address takes commands, nothing else: without one the whole message is refused.
     const checked = await run(checkCommand(raw, rcpts).pipe(
@@ -155,14 +173,17 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
     receive(stream, { dir: spoolDir, limit: MAX_MESSAGE_BYTES }).then(
       (received) => {
         const rcpts = accepted.get(session.id) ?? []
+        const returnedFor = returned.get(session.id) ?? []
         accepted.delete(session.id)
         given.delete(session.id)
+        returned.delete(session.id)
         if (received._tag === "TooLarge" || stream.sizeExceeded) {
           return callback(smtpError(552, `5.3.4 Message exceeds the maximum size of ${MAX_MESSAGE_BYTES} bytes`))
         }
-        if (rcpts.length === 0) return callback(smtpError(554, "5.5.1 No valid recipients"))
-        process(received.raw, session, rcpts).then(
+        if (rcpts.length === 0 && returnedFor.length === 0) return callback(smtpError(554, "5.5.1 No valid recipients"))
+        process(received.raw, session, rcpts, returnedFor).then(
           (outcome) => {
+            if (outcome._tag === "Report") return callback(null, "2.0.0 Ok: report received")
             if (outcome._tag === "Full") {
               return callback(smtpError(452, "4.2.2 Mailbox full: the message exceeds the recipient's storage quota, try again later"))
             }
@@ -209,11 +230,13 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
       // A new transaction on the same connection (after RSET or a previous message).
       accepted.delete(session.id)
       given.delete(session.id)
+      returned.delete(session.id)
       callback()
     },
     onClose: (session) => {
       accepted.delete(session.id)
       given.delete(session.id)
+      returned.delete(session.id)
     }
   })
   server.on("error", (e) => Runtime.runFork(runtime)(Effect.logWarning("smtp server error", e)))
@@ -237,4 +260,4 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
 }))
 
 /** The listener, with the webhook secrets signed wake commands are checked with. */
-export const SmtpServerLive = SmtpListener.pipe(Layer.provide(WebhookSecrets.Default))
+export const SmtpServerLive = SmtpListener.pipe(Layer.provide([WebhookSecrets.Default, BounceIntake.Default]))

@@ -29,6 +29,8 @@ export const usernameProblem = (u: string): string | undefined => {
   }
   // `fn-<id>@` addresses are functions' wake addresses.
   if (/^fn-/i.test(u)) return "must not start with fn- (reserved for functions' wake addresses)"
+  // `bounces+<token>@` is every send's VERP return path: its +tag forms must stay the service's.
+  if (u.toLowerCase() === "bounces") return "bounces is reserved (the return path of sent mail)"
   return undefined
 }
 

@@ -2,7 +2,7 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { allErrors, DateTimeFilter, DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
-import { Wire } from "../contract/Errors.js"
+import { ErrorDetails, Gate, Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
 
@@ -55,6 +55,26 @@ export const SendMail = strict(Schema.Struct({
 })).annotations({ identifier: "SendMail", description: "At least one of `text` and `html`." })
 export type SendMail = typeof SendMail.Type
 
+export const BATCH_MAX_MESSAGES = 100
+
+export const SendBatch = strict(Schema.Struct({
+  messages: Schema.Array(
+    Schema.Record({ key: Schema.String, value: Schema.Unknown }).annotations({
+      identifier: "BatchMessage",
+      description: "a `POST /send-mail` body (SendMail); each message is validated on its own and a bad one fails alone"
+    })
+  ).pipe(Schema.minItems(1), Schema.maxItems(BATCH_MAX_MESSAGES)).annotations({ description: `1-${BATCH_MAX_MESSAGES} messages` })
+})).annotations({ identifier: "SendBatch" })
+export type SendBatch = typeof SendBatch.Type
+
+/** The `error` object of the error envelope, for one message of a batch. */
+export const BatchError = Schema.Struct({
+  code: Schema.String,
+  message: Schema.String,
+  details: Schema.optional(ErrorDetails),
+  gates: Schema.optional(Schema.Array(Gate))
+}).annotations({ identifier: "BatchError", description: "what `POST /send-mail` would have answered as `error` for this message" })
+
 export const ReplyMail = strict(Schema.Struct({
   text: Schema.optionalWith(Text, { exact: true }),
   html: Schema.optionalWith(Text, { exact: true }),
@@ -76,12 +96,21 @@ export type ForwardMail = typeof ForwardMail.Type
 
 export const Reschedule = strict(Schema.Struct({ send_at: SendAt })).annotations({ identifier: "RescheduleSentEmail" })
 
-export const SentStatus = Schema.Literal("scheduled", "sending", "sent", "failed", "canceled").annotations({
-  description: "`sending`: an immediate send being relayed (never `scheduled`, which only a send with `send_at` is)"
+export const SentStatus = Schema.Literal("scheduled", "sending", "sent", "failed", "canceled", "bounced", "complained").annotations({
+  description: "`sending`: an immediate send being relayed (never `scheduled`, which only a send with `send_at` is); " +
+    "`bounced`: a DSN with Action: failed came back to its return path; `complained`: an ARF abuse report did (see `bounce`)"
 })
 export type SentStatus = typeof SentStatus.Type
 
 export const SentError = Schema.Struct({ code: Schema.String, message: Schema.String }).annotations({ identifier: "SentEmailError" })
+
+export const SentBounce = Schema.Struct({
+  type: Schema.Literal("hard", "soft", "complaint"),
+  status: Schema.NullOr(Schema.String).annotations({ description: "the DSN's enhanced status code (5.1.1); for a complaint the ARF Feedback-Type (abuse)" }),
+  diagnostic: Schema.NullOr(Schema.String).annotations({ description: "the DSN's Diagnostic-Code; for a complaint the reporter's User-Agent" }),
+  received_at: DateTimeString,
+  recipient: Schema.NullOr(Schema.String).annotations({ description: "the recipient the report is about, when it names one of the message's" })
+}).annotations({ identifier: "SentEmailBounce" })
 
 const sentFields = {
   id: Uuid,
@@ -101,7 +130,8 @@ const sentFields = {
   created_at: DateTimeString,
   error: Schema.NullOr(SentError).annotations({ description: "why the send failed (the API error code it answered or would answer)" }),
   relay_response: Schema.NullOr(Schema.String).annotations({ description: "the relay's final reply" }),
-  content_discarded: Schema.Boolean
+  content_discarded: Schema.Boolean,
+  bounce: Schema.NullOr(SentBounce).annotations({ description: "the latest bounce or complaint received for it (null before one)" })
 }
 
 export const SentEmail = Schema.Struct(sentFields).annotations({ identifier: "SentEmail" })
@@ -136,6 +166,14 @@ export const SentListQuery = allErrors(Schema.Struct({
 }))
 export type SentListQuery = typeof SentListQuery.Type
 
+export const BatchResult = Schema.Struct({
+  results: Schema.Array(Schema.Union(
+    Schema.Struct({ index: Schema.Int, email: SentEmail }),
+    Schema.Struct({ index: Schema.Int, error: BatchError })
+  )).annotations({ description: "one entry per message, in the order given: `{index, email}` when sent (or scheduled), `{index, error}` when not" })
+}).annotations({ identifier: "SendBatchResult" })
+export type BatchResult = typeof BatchResult.Type
+
 export const OutboundStatus = Schema.Struct({
   relay: Schema.Literal("smtp", "outbox"),
   reachable: Schema.Boolean,
@@ -159,6 +197,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.Forbidden)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.RecipientSuppressed)
       .addError(Wire.LoopDetected)
       .addError(Wire.DiscardNotEnabled)
       .addError(Wire.Conflict)
@@ -175,6 +214,17 @@ export class SendingApi extends HttpApiGroup.make("sending")
       )
   )
   .add(
+    HttpApiEndpoint.post("sendBatch", "/send-mail/batch")
+      .setPayload(SendBatch)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Ok(BatchResult, "SendBatchResult"))
+      .annotate(
+        OpenApi.Summary,
+        `Send up to ${BATCH_MAX_MESSAGES} emails in one request: each is validated, checked and counted as one send, and one ` +
+          "failing does not stop the others (200 with a result per message; 400 only when `messages` is empty, too long or not a list)"
+      )
+  )
+  .add(
     HttpApiEndpoint.post("reply", "/emails/:id/reply")
       .setPath(IdPath)
       .setPayload(ReplyMail)
@@ -186,6 +236,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.DiscardNotEnabled)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.RecipientSuppressed)
       .addError(Wire.LoopDetected)
       .addError(Wire.OutboundCapacityExhausted)
       .addError(Wire.OutboundUnreachable)
@@ -210,6 +261,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.DiscardNotEnabled)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
+      .addError(Wire.RecipientSuppressed)
       .addError(Wire.LoopDetected)
       .addError(Wire.OutboundCapacityExhausted)
       .addError(Wire.OutboundUnreachable)

@@ -9,7 +9,7 @@ import { LIMITS } from "../contract/Plans.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { ValidationError } from "../contract/Errors.js"
 import { SCHEDULE_MAX_DAYS } from "./Api.js"
-import { asList } from "./Addresses.js"
+import { sendBatch, sendInputOf } from "./Batch.js"
 import { OutboundRelay } from "./Relay.js"
 import { forwardInput, replyInput } from "./Replies.js"
 import { type SentRow, SendingRepo, toSentEmail, toSentEmailDetail } from "./Repo.js"
@@ -43,26 +43,11 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
           const org = principal.orgId
-          const row = yield* sender.submitAs(org, {
-            kind: "send",
-            sourceEmailId: null,
-            from: payload.from ?? (yield* sender.defaultFrom(org)),
-            to: asList(payload.to),
-            cc: asList(payload.cc),
-            bcc: asList(payload.bcc),
-            replyTo: payload.reply_to ?? null,
-            subject: payload.subject,
-            text: payload.text ?? null,
-            html: payload.html ?? null,
-            headers: payload.headers ?? {},
-            attachments: payload.attachments ?? [],
-            sendAt: payload.send_at ?? null,
-            discardContent: payload.discard_content ?? false,
-            inReplyTo: null,
-            references: []
-          }, principal.automation)
+          const row = yield* sender.submitAs(org, yield* sendInputOf(sender, org, payload), principal.automation)
           return toSentEmail(row)
         }))
+      .handle("sendBatch", ({ payload }) =>
+        Effect.flatMap(CurrentPrincipal, (principal) => sendBatch(sender, principal.orgId, payload.messages, principal.automation)))
       .handle("reply", ({ path, payload }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal

@@ -51,6 +51,14 @@ export interface SentRow {
   readonly automated: boolean
   readonly attachments: ReadonlyArray<{ readonly filename: string; readonly content_type: string; readonly size_bytes: number }>
   readonly created_at: Date
+  /** The latest bounce or complaint (src/bounces), null before one. */
+  readonly bounce: {
+    readonly type: "hard" | "soft" | "complaint"
+    readonly status: string | null
+    readonly diagnostic: string | null
+    readonly received_at: string
+    readonly recipient: string | null
+  } | null
 }
 
 export interface ContentRow {
@@ -116,7 +124,8 @@ export const toSentEmail = (r: SentRow): SentEmail => ({
   created_at: r.created_at,
   error: r.error_code === null ? null : { code: r.error_code, message: r.error_message ?? "" },
   relay_response: r.relay_response,
-  content_discarded: r.content_discarded
+  content_discarded: r.content_discarded,
+  bounce: r.bounce === null || r.bounce === undefined ? null : { ...r.bounce, received_at: new Date(r.bounce.received_at) }
 })
 
 export const toSentEmailDetail = (r: SentRow, c: Option.Option<ContentRow>): SentEmailDetail => ({

@@ -21,6 +21,7 @@ import {
   LoopDetected,
   RateLimited,
   RecipientNotAllowed,
+  RecipientSuppressed,
   ValidationError
 } from "../contract/Errors.js"
 import { type Entitlement, entitlementsOf, LIMITS, type Plan } from "../contract/Plans.js"
@@ -40,6 +41,9 @@ import { LocalDelivery, sendSplit } from "./LocalDelivery.js"
 import { OutboundRelay, type RelayError } from "./Relay.js"
 import { type ContentRow, type SentRow, SendingRepo, type StoredAttachment } from "./Repo.js"
 import { Threading } from "../threads/Threading.js"
+import { Outcomes } from "../bounces/Outcomes.js"
+import { SuppressionsRepo } from "../bounces/Repo.js"
+import { Verp } from "../bounces/Verp.js"
 
 export const GATE_DOCS_PATH = "/docs#tag/sending"
 
@@ -71,6 +75,7 @@ export type SendError =
   | DiscardNotEnabled
   | RateLimited
   | LoopDetected
+  | RecipientSuppressed
 
 /**
  * The addresses a display name shows, lowercased: anything shaped `local@domain.tld` once compatibility
@@ -242,6 +247,9 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     const directory = yield* RegistryDirectory
     const config = yield* AppConfig
     const orgEvents = yield* OrgEvents
+    const verp = yield* Verp
+    const outcomes = yield* Outcomes
+    const suppressions = yield* SuppressionsRepo
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     const leaseMs = Duration.toMillis(config.outboundTimeout) + 30_000
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
@@ -331,6 +339,19 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         })
       })
 
+    /** 422 `recipient_suppressed` when a recipient hard-bounced or complained (GET /suppressions). */
+    const checkSuppressed = (orgId: string, recipients: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        const found = yield* suppressions.suppressedAmong(orgId, recipients.map((a) => a.toLowerCase()))
+        if (found.size === 0) return
+        const addresses = [...found].sort()
+        return yield* new RecipientSuppressed({
+          message: `recipient${addresses.length > 1 ? "s" : ""} suppressed after a hard bounce or complaint: ${addresses.join(", ")} ` +
+            "(DELETE /v1/suppressions/{address} to mail again)",
+          details: { addresses }
+        })
+      })
+
     /** 429 when either window is full (nothing counted). */
     const checkQuota = (orgId: string, facts: OrgFacts, at: Date) =>
       Effect.gen(function*() {
@@ -413,6 +434,10 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         })
       })
 
+    /** An outcome event is reported on a best-effort basis: the send's own result stands either way. */
+    const reported = <A, E>(e: Effect.Effect<A, E>) =>
+      Effect.catchAllCause(Effect.asVoid(e), (cause) => Effect.logWarning("outbound outcome event not recorded", cause))
+
     const messageIdFor = (id: string, fromAddress: string) => `<${id}@${domainOf(fromAddress)}>`
 
     /** Composes, signs and relays a row this process holds (`token`); records the outcome. */
@@ -450,10 +475,11 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           const m = parseMailbox(s)
           return typeof m === "string" ? s : m.address
         })
-        // Recipients this service receives are delivered here; only the others go to the relay.
+        // Recipients this service receives are delivered here; only the others go to the relay, with
+        // the VERP return path: bounces and complaints come back naming this sent email.
         const outcome = yield* Effect.either(sendSplit(yield* local.receiver, (e, r) => relay.relay(e, r, row.subject), {
           raw,
-          envelope: { from: row.from_address, to: [...new Set(envelopeTo)] },
+          envelope: { from: verp.returnPath(row.id), to: [...new Set(envelopeTo)] },
           from: row.from_address,
           signed: Option.isSome(signing)
         }))
@@ -462,6 +488,8 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           const again = retryAt(outcome.left)
           if (again !== undefined) {
             yield* repo.retryLater(row.id, token, again, { code: codeOf(outcome.left), message: outcome.left.message })
+            const smtpCode = outcome.left.details?.["smtp_code"]
+            yield* reported(outcomes.relayDelayed(row, typeof smtpCode === "number" ? smtpCode : null, outcome.left.message, again))
             return Either.left(outcome.left)
           }
         }
@@ -480,6 +508,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           })
         }))
         const current = Option.getOrElse(finished, () => row)
+        if (Either.isRight(outcome) && Option.isSome(finished)) yield* reported(outcomes.sent(current, current.relay_response))
         return Either.match(outcome, { onLeft: (e) => Either.left(e), onRight: () => Either.right(current) })
       })
 
@@ -506,6 +535,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         yield* checkSender(orgId, v.from.address, v.from.name)
         const all = [...v.to, ...v.cc, ...v.bcc].map((m) => m.address)
         yield* checkGate(orgId, facts, all)
+        yield* checkSuppressed(orgId, all)
         const id = randomUUID()
         const content: ContentRow = {
           text_body: input.text,
@@ -591,6 +621,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
             const from = parseMailbox(row.from_header)
             yield* checkSender(row.org_id, row.from_address, typeof from === "string" ? "" : from.name)
             yield* checkGate(row.org_id, facts, recipients)
+            yield* checkSuppressed(row.org_id, recipients)
             yield* Effect.gen(function*() {
               yield* repo.lockQuota(row.org_id)
               yield* checkQuota(row.org_id, facts, at)
@@ -613,7 +644,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
 
     return { submit, submitAs, deliver, checkQuota, orgFacts, defaultFrom } as const
   }),
-  dependencies: [SendingRepo.Default, OutboundRelay.Default, DkimKeys.Default]
+  dependencies: [SendingRepo.Default, OutboundRelay.Default, DkimKeys.Default, Verp.Default, Outcomes.Default, SuppressionsRepo.Default]
 }) {}
 
 /** The wire code of an error of the table. */

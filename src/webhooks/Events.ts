@@ -134,6 +134,53 @@ export const LoopEventSchema = Schema.Struct({
   }).annotations(jsonId("EventLoop"))
 }).annotations({ ...jsonId("LoopEvent"), description: "an automated send the loop guard refused" })
 
+export const SentEmailSummarySchema = Schema.Struct({
+  id: Schema.String.annotations({ description: "the sent email's id (GET /v1/sent-emails/{id})" }),
+  status: Schema.String.annotations({ description: "its status after this event: sent, bounced, complained, scheduled, …" }),
+  from: Schema.String,
+  to: Schema.Array(Schema.String),
+  cc: Schema.Array(Schema.String),
+  bcc: Schema.Array(Schema.String),
+  subject: Schema.String,
+  message_id: Schema.String,
+  thread_id: Schema.NullOr(Schema.String),
+  sent_at: Schema.NullOr(DateTime)
+}).annotations({ ...jsonId("EventSentEmail"), description: "the sent email an outbound event reports" })
+
+export const BounceSchema = Schema.Struct({
+  type: Schema.Literal("hard", "soft", "complaint").annotations({
+    description: "hard: a permanent failure (Action: failed with a 5.x.x status), the address is suppressed; soft: " +
+      "Action: failed with a 4.x.x status; complaint: an ARF abuse report, the address is suppressed"
+  }),
+  status: Schema.NullOr(Schema.String).annotations({ description: "the DSN's enhanced status code (5.1.1); an ARF report's Feedback-Type (abuse)" }),
+  diagnostic: Schema.NullOr(Schema.String).annotations({ description: "the DSN's Diagnostic-Code; an ARF report's User-Agent" }),
+  received_at: DateTime
+}).annotations({ ...jsonId("EventBounce"), description: "what came back to the send's return path" })
+
+export const DelaySchema = Schema.Struct({
+  source: Schema.Literal("relay", "dsn").annotations({
+    description: "relay: the outbound relay answered a temporary failure and the send is retried at `retry_at`; dsn: a DSN with Action: delayed"
+  }),
+  status: Schema.NullOr(Schema.String).annotations({ description: "the SMTP reply code (relay) or enhanced status code (dsn)" }),
+  diagnostic: Schema.NullOr(Schema.String),
+  retry_at: Schema.NullOr(DateTime).annotations({ description: "relay only: when the send is tried again" })
+}).annotations({ ...jsonId("EventDelay"), description: "why a sent email is not delivered yet" })
+
+export const SentEmailEventSchema = Schema.Struct({
+  ...base,
+  sent_email: SentEmailSummarySchema,
+  recipient: Schema.NullOr(Schema.String).annotations({ description: "the recipient the report is about (null for email.sent and when the report names none)" }),
+  relay_response: Schema.optionalWith(Schema.NullOr(Schema.String), { exact: true }).annotations({ description: "email.sent only: the relay's final reply" }),
+  bounce: Schema.optionalWith(BounceSchema, { exact: true }).annotations({ description: "email.bounced and email.complained" }),
+  delay: Schema.optionalWith(DelaySchema, { exact: true }).annotations({ description: "email.delivery_delayed only" })
+}).annotations({ ...jsonId("SentEmailEvent"), description: "an event about one sent email: accepted by the relay, delayed, bounced or complained about" })
+
+/** email.bounced: a DSN matched to a sent email by its return path, or (with `email`) a bounce mailed to one of the organization's addresses. */
+export const BounceEventSchema = Schema.Union(SentEmailEventSchema, EmailEventSchema).annotations({
+  ...jsonId("BounceEvent"),
+  description: "with `sent_email`: a DSN received at a sent email's return path; with `email`: a bounce received at one of the organization's addresses"
+})
+
 export interface EventDoc {
   readonly type: string
   readonly schema: Schema.Schema<any, any>
@@ -141,12 +188,16 @@ export interface EventDoc {
   readonly description: string
 }
 
+const OUTBOUND_NOTE = " Sent to endpoints that list the type in `event_types` and the organization-wide endpoint (and to the organization's event stream)."
 const EMAIL_NOTE = " Sent to the endpoint the mail is routed to (and to the organization's event stream)."
 
 /** Every event the service emits, with the schema its payload is encoded with. */
 export const EVENTS: ReadonlyArray<EventDoc> = [
   { type: "email.received", schema: EmailEventSchema, summary: "An email was received", description: "Mail accepted for one of the organization's addresses (one event per distinct recipient)." + EMAIL_NOTE },
-  { type: "email.bounced", schema: EmailEventSchema, summary: "A bounce (delivery status notification) was received", description: "A DSN or failure notice addressed to the organization (RFC 3464 and the common non-standard forms)." + EMAIL_NOTE },
+  { type: "email.bounced", schema: BounceEventSchema, summary: "A bounce (delivery status notification) was received", description: "A DSN (RFC 3464, Action: failed) received at a sent email's VERP return path, with `sent_email`, `recipient` and `bounce`: the sent email becomes `bounced` and a hard bounce (5.x.x) suppresses the recipient. Or, with `email`, a DSN or failure notice mailed to one of the organization's own addresses (RFC 3464 and the common non-standard forms)." + EMAIL_NOTE },
+  { type: "email.complained", schema: SentEmailEventSchema, summary: "A recipient reported a sent email as abuse", description: "An ARF report (RFC 5965) received at a sent email's VERP return path: the sent email becomes `complained` and the recipient is suppressed." + OUTBOUND_NOTE },
+  { type: "email.sent", schema: SentEmailEventSchema, summary: "The outbound relay accepted a sent email", description: "The relay (or the dev outbox) took the message; `relay_response` is its reply." + OUTBOUND_NOTE },
+  { type: "email.delivery_delayed", schema: SentEmailEventSchema, summary: "A sent email is delayed", description: "The relay answered a temporary failure for a scheduled send that is tried again (`delay.source: relay`), or a DSN with Action: delayed came back (`delay.source: dsn`)." + OUTBOUND_NOTE },
   { type: "email.tls_report", schema: EmailEventSchema, summary: "An SMTP TLS report was received", description: "An RFC 8460 TLS-RPT report mailed to the organization." + EMAIL_NOTE },
   { type: "email.dmarc_report", schema: EmailEventSchema, summary: "A DMARC aggregate report was received", description: "An RFC 7489 aggregate (rua) report." + EMAIL_NOTE },
   { type: "email.dmarc_failure", schema: EmailEventSchema, summary: "A DMARC failure report was received", description: "An RFC 6591 failure (ruf) report." + EMAIL_NOTE },

@@ -1,4 +1,4 @@
-/** `send`, `reply`, `forward`, `sent list|get|cancel|reschedule` and `outbound status`. */
+/** `send`, `send-batch`, `reply`, `forward`, `sent list|get|cancel|reschedule`, `suppressions list|rm` and `outbound status`. */
 import { Console, Effect, Option } from "effect"
 import { readFileSync } from "node:fs"
 import { basename } from "node:path"
@@ -106,6 +106,56 @@ export const send: Handler<typeof S.send> = (o) =>
     yield* outcome(target.json, "Sent", sent)
   })
 
+export const sendBatch: Handler<typeof S.sendBatch> = (o) =>
+  Effect.gen(function*() {
+    const raw = (yield* readFile("file", o.file)).toString("utf8")
+    const parsed = yield* Effect.try({
+      try: () => JSON.parse(raw) as unknown,
+      catch: (e) => new CliFailure({ message: `--file: not JSON: ${e instanceof Error ? e.message : String(e)}`, usage: true })
+    })
+    const messages = Array.isArray(parsed)
+      ? parsed
+      : typeof parsed === "object" && parsed !== null && Array.isArray((parsed as { messages?: unknown }).messages)
+      ? (parsed as { messages: Array<unknown> }).messages
+      : undefined
+    if (messages === undefined) {
+      return yield* new CliFailure({ message: "--file: expected a JSON array of messages, or {\"messages\": [...]}", usage: true })
+    }
+    const { client, target } = yield* authedClient
+    const r = yield* client.sending.sendBatch({
+      payload: { messages: messages as Array<{ readonly [x: string]: unknown }> },
+      headers: idempotency(o.idempotencyKey)
+    })
+    if (target.json) return yield* showOne(true, r)
+    const rows = r.results.map((x) =>
+      "email" in x
+        ? { index: x.index, outcome: x.email.status, detail: `${x.email.id} to ${[...x.email.to, ...x.email.cc, ...x.email.bcc].join(", ")}` }
+        : { index: x.index, outcome: x.error.code, detail: x.error.message }
+    )
+    yield* Console.log(renderTable(rows, [col("index", (x) => x.index), col("outcome", (x) => x.outcome), col("detail", (x) => cut(x.detail, 80))]))
+    const failed = r.results.filter((x) => "error" in x).length
+    yield* Console.log(`\n${r.results.length - failed} of ${r.results.length} sent or scheduled${failed > 0 ? `, ${failed} refused` : ""}`)
+  })
+
+export const suppressionsList: Handler<typeof S.suppressionsList> = (o) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    const page = yield* fetchPages(o, (cursor) => client.suppressions.list({ urlParams: pageParams(o.limit, cursor) }))
+    yield* showList(target.json, page, [
+      col("address", (s) => s.address),
+      col("reason", (s) => s.reason),
+      col("status", (s) => s.status ?? "-"),
+      col("since", (s) => s.created_at)
+    ])
+  })
+
+export const suppressionsRm: Handler<typeof S.suppressionsRm> = (o) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    const removed = yield* client.suppressions.remove({ path: { address: o.address } })
+    yield* done(target.json, `Removed ${removed.address} from the suppression list: it can be mailed again`, removed)
+  })
+
 export const reply: Handler<typeof S.reply> = (o) =>
   Effect.gen(function*() {
     const b = yield* body(o)
@@ -154,13 +204,14 @@ export const sentGet: Handler<typeof S.sentGet> = (o) =>
     const { client, target } = yield* authedClient
     const sent = yield* client.sending.get({ path: { id: o.id } })
     if (target.json) return yield* showOne(true, sent)
-    const { text, html, attachments: files, error, ...rest } = sent
+    const { text, html, attachments: files, error, bounce, ...rest } = sent
     yield* Console.log(renderDetail({
       ...rest,
       to: rest.to.join(", "),
       cc: rest.cc.join(", ") || null,
       bcc: rest.bcc.join(", ") || null,
       error: error === null ? null : `${error.code}: ${error.message}`,
+      bounce: bounce === null ? null : `${bounce.type} ${bounce.status ?? ""}${bounce.recipient !== null ? ` for ${bounce.recipient}` : ""}: ${bounce.diagnostic ?? "-"}`,
       html: html === null ? null : `${html.length} characters (--json shows it)`
     }))
     if (files.length > 0) yield* Console.log(`\n${renderTable(files, [col("filename", (a) => a.filename), col("type", (a) => a.content_type), col("bytes", (a) => a.size_bytes)])}`)

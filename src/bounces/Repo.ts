@@ -1,0 +1,82 @@
+/** SQL of outbound outcomes: the suppression list and the bounce or complaint recorded on a sent email. */
+import { SqlClient } from "@effect/sql"
+import { Effect, Option } from "effect"
+import type { Position } from "../contract/Paging.js"
+import { pageWithTotal } from "../platform/Listing.js"
+import type { SentRow } from "../sending/Repo.js"
+
+export interface SuppressionRow {
+  readonly id: string
+  readonly org_id: string
+  readonly address: string
+  readonly reason: "hard_bounce" | "complaint"
+  readonly sent_email_id: string | null
+  readonly status: string | null
+  readonly diagnostic: string | null
+  readonly created_at: Date
+}
+
+export interface BounceRecord {
+  readonly type: "hard" | "soft" | "complaint"
+  readonly status: string | null
+  readonly diagnostic: string | null
+  readonly received_at: string
+  readonly recipient: string | null
+}
+
+export class SuppressionsRepo extends Effect.Service<SuppressionsRepo>()("mailroom/SuppressionsRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    /** Which of `addresses` (lower case) the organization suppresses. */
+    const suppressedAmong = (orgId: string, addresses: ReadonlyArray<string>) =>
+      addresses.length === 0 ? Effect.succeed(new Set<string>()) : sql<{ address: string }>`
+        SELECT address FROM suppressions WHERE org_id = ${orgId} AND address IN ${sql.in([...new Set(addresses)])}`.pipe(
+        Effect.map((rows) => new Set(rows.map((r) => r.address))),
+        Effect.orDie
+      )
+
+    const list = (orgId: string, limit: number, after: Position | undefined) =>
+      pageWithTotal<SuppressionRow>(sql, "suppressions", sql`org_id = ${orgId}`, limit, after).pipe(Effect.orDie)
+
+    const remove = (orgId: string, address: string) =>
+      sql<SuppressionRow>`DELETE FROM suppressions WHERE org_id = ${orgId} AND address = ${address} RETURNING *`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    /** Adds the address (kept as first suppressed when it is there already). */
+    const suppress = (s: {
+      readonly orgId: string
+      readonly address: string
+      readonly reason: SuppressionRow["reason"]
+      readonly sentEmailId: string
+      readonly status: string | null
+      readonly diagnostic: string | null
+    }) =>
+      sql`INSERT INTO suppressions (org_id, address, reason, sent_email_id, status, diagnostic)
+          VALUES (${s.orgId}, ${s.address}, ${s.reason}, ${s.sentEmailId}, ${s.status}, ${s.diagnostic})
+          ON CONFLICT (org_id, address) DO NOTHING`.pipe(Effect.asVoid, Effect.orDie)
+
+    /** A sent email of any organization (a VERP token names it; the token proved it). */
+    const sentEmail = (id: string) =>
+      sql<SentRow>`SELECT * FROM sent_emails WHERE id = ${id}`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
+
+    /**
+     * Records a bounce or complaint on a relayed message; a complaint is never downgraded to a bounce.
+     * None when the message was not relayed (nothing to report about).
+     */
+    const markOutcome = (id: string, status: "bounced" | "complained", bounce: BounceRecord) =>
+      sql<SentRow>`
+        UPDATE sent_emails SET
+          status = CASE WHEN status = 'complained' THEN 'complained' ELSE ${status} END,
+          bounce = CASE WHEN status = 'complained' AND ${status} = 'bounced' THEN bounce ELSE ${JSON.stringify(bounce)}::jsonb END,
+          updated_at = now()
+        WHERE id = ${id} AND status IN ('sent', 'bounced', 'complained') RETURNING *`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0])),
+        Effect.orDie
+      )
+
+    return { suppressedAmong, list, remove, suppress, sentEmail, markOutcome } as const
+  })
+}) {}

@@ -28,6 +28,7 @@ import { SearchApi } from "./search/Api.js"
 import { SendingApi } from "./sending/Api.js"
 import { EventsApi } from "./events/Api.js"
 import { webhooksSection } from "./webhooks/Events.js"
+import { ApiKeysApi } from "./apikeys/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -168,6 +169,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(SearchApi)
   .add(SendingApi)
   .add(EventsApi)
+  .add(ApiKeysApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

@@ -66,6 +66,8 @@ import { SendingRepo } from "./sending/Repo.js"
 import { Dns } from "./net/Dns.js"
 import { Admission } from "./platform/Admission.js"
 import { AuthenticationLive } from "./platform/Authentication.js"
+import { ScopePolicyLive } from "./policy/Policy.js"
+import { ApiKeysHttpLive } from "./apikeys/Http.js"
 import { Credentials } from "./platform/Credentials.js"
 import { DatabaseLive } from "./platform/Database.js"
 import { apiMiddleware } from "./platform/ErrorMapping.js"
@@ -166,18 +168,19 @@ const AreaHandlers = [
   ThreadsHttpLive,
   SearchHttpLive,
   SendingHttpLive,
-  EventsHttpLive
+  EventsHttpLive,
+  ApiKeysHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
   Layer.provide(AreaHandlers),
-  Layer.provide(AuthenticationLive)
+  Layer.provide(AuthenticationLive.pipe(Layer.provide(ScopePolicyLive)))
 )
 
 /** Routes outside `/v1`: the reference, discovery documents, the MCP endpoint and the browser pages. */
 const PagesLive = Layer.mergeAll(
   ServiceRoutesLive,
-  McpHttpLive.pipe(Layer.provide([AuthenticationLive, HttpApiBuilder.Middleware.layer])),
+  McpHttpLive.pipe(Layer.provide([AuthenticationLive.pipe(Layer.provide(ScopePolicyLive)), HttpApiBuilder.Middleware.layer])),
   Layer.mergeAll(DevicePageLive, ClaimPageLive).pipe(Layer.provide([IdentityServicesLive, DeviceWeb.Default]))
 )
 

@@ -29,6 +29,7 @@ import { SendingApi } from "./sending/Api.js"
 import { EventsApi } from "./events/Api.js"
 import { webhooksSection } from "./webhooks/Events.js"
 import { ApiKeysApi } from "./apikeys/Api.js"
+import { DraftsApi } from "./drafts/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -170,6 +171,7 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(SendingApi)
   .add(EventsApi)
   .add(ApiKeysApi)
+  .add(DraftsApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

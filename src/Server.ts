@@ -68,6 +68,10 @@ import { Admission } from "./platform/Admission.js"
 import { AuthenticationLive } from "./platform/Authentication.js"
 import { ScopePolicyLive } from "./policy/Policy.js"
 import { ApiKeysHttpLive } from "./apikeys/Http.js"
+import { DraftsHttpLive } from "./drafts/Http.js"
+import { DraftReviewPageLive } from "./drafts/Page.js"
+import { Approvals } from "./drafts/Approvals.js"
+import { DraftsRepo } from "./drafts/Repo.js"
 import { Credentials } from "./platform/Credentials.js"
 import { DatabaseLive } from "./platform/Database.js"
 import { apiMiddleware } from "./platform/ErrorMapping.js"
@@ -169,7 +173,8 @@ const AreaHandlers = [
   SearchHttpLive,
   SendingHttpLive,
   EventsHttpLive,
-  ApiKeysHttpLive
+  ApiKeysHttpLive,
+  DraftsHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
@@ -181,7 +186,8 @@ export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
 const PagesLive = Layer.mergeAll(
   ServiceRoutesLive,
   McpHttpLive.pipe(Layer.provide([AuthenticationLive.pipe(Layer.provide(ScopePolicyLive)), HttpApiBuilder.Middleware.layer])),
-  Layer.mergeAll(DevicePageLive, ClaimPageLive).pipe(Layer.provide([IdentityServicesLive, DeviceWeb.Default]))
+  Layer.mergeAll(DevicePageLive, ClaimPageLive).pipe(Layer.provide([IdentityServicesLive, DeviceWeb.Default])),
+  DraftReviewPageLive.pipe(Layer.provide(Approvals.Default), Layer.provide(DraftsRepo.Default))
 )
 
 export const HttpLive = onNodeHttpServer(

@@ -6,6 +6,13 @@ import { Wire } from "../contract/Errors.js"
 import { PlanLimits } from "../contract/Plans.js"
 import { Authentication } from "../contract/Security.js"
 
+/** Which sends wait for a person's approval: none, those to a new recipient, or every send. */
+export const SendApproval = Schema.Literal("none", "new_recipients", "all").annotations({
+  description: "none (default); new_recipients: a send to an address this organization never sent to or received from " +
+    "waits for approval; all: every send waits (POST /drafts/{id}/approve)"
+})
+export type SendApproval = typeof SendApproval.Type
+
 export const Account = Schema.Struct({
   id: Schema.UUID,
   email: Schema.String,
@@ -21,7 +28,8 @@ export const Account = Schema.Struct({
   subscription_cancel_at_period_end: Schema.NullOr(Schema.Boolean),
   spam_threshold: Schema.NullOr(Schema.Number),
   discard_content_on_webhook_confirmed: Schema.Boolean,
-  webhook_secret_rotated_at: Schema.NullOr(DateTimeString)
+  webhook_secret_rotated_at: Schema.NullOr(DateTimeString),
+  send_approval: SendApproval
 }).annotations({ identifier: "Account" })
 export type Account = typeof Account.Type
 
@@ -30,7 +38,8 @@ export const AccountUpdateResult = Schema.Struct({
   email: Schema.String,
   plan: Schema.String,
   spam_threshold: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
-  discard_content_on_webhook_confirmed: Schema.Boolean
+  discard_content_on_webhook_confirmed: Schema.Boolean,
+  send_approval: Schema.optionalWith(SendApproval, { exact: true }).annotations({ description: "present when the request set it" })
 }).annotations({ identifier: "AccountUpdate" })
 export type AccountUpdateResult = typeof AccountUpdateResult.Type
 
@@ -43,7 +52,8 @@ export const UpdateAccount = strict(Schema.Struct({
   spam_threshold: Schema.optionalWith(Schema.NullOr(SpamThreshold), { exact: true }).annotations({
     description: "0 to 15; null disables spam rejection"
   }),
-  discard_content_on_webhook_confirmed: Schema.optionalWith(Schema.Boolean, { exact: true })
+  discard_content_on_webhook_confirmed: Schema.optionalWith(Schema.Boolean, { exact: true }),
+  send_approval: Schema.optionalWith(SendApproval, { exact: true })
 })).pipe(
   Schema.filter((b) => Object.keys(b).length > 0 || "at least one property is required"),
   Schema.annotations({ identifier: "UpdateAccount" })
@@ -81,7 +91,7 @@ export class AccountApi extends HttpApiGroup.make("account")
       .setPayload(UpdateAccount)
       .addSuccess(Ok(AccountUpdateResult, "AccountUpdate"))
       .addError(Wire.NotFound)
-      .annotate(OpenApi.Summary, "Change account settings: spam_threshold, discard_content_on_webhook_confirmed")
+      .annotate(OpenApi.Summary, "Change account settings: spam_threshold, discard_content_on_webhook_confirmed, send_approval")
   )
   .add(
     HttpApiEndpoint.get("storage", "/account/storage")

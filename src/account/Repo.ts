@@ -3,7 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Exit, Option } from "effect"
 import { makeBatcher } from "../platform/Batching.js"
 import { type Entitlement, entitlementsOf, LIMITS, OPERATOR_ENTITLEMENTS, type Plan } from "../contract/Plans.js"
-import type { Account, AccountUpdateResult, StorageStatistics } from "./Api.js"
+import type { Account, AccountUpdateResult, SendApproval, StorageStatistics } from "./Api.js"
 
 interface AccountRow {
   id: string
@@ -19,6 +19,7 @@ interface AccountRow {
   spam_threshold: string | null
   discard_content_on_webhook_confirmed: boolean
   webhook_secret_rotated_at: Date | null
+  send_approval: SendApproval
   /** Entitlements an operator granted to this organization (`npm run admin -- grant`). */
   granted?: ReadonlyArray<string> | null
 }
@@ -42,7 +43,8 @@ export const toAccount = (row: AccountRow): Account => ({
   subscription_cancel_at_period_end: row.subscription_cancel_at_period_end,
   spam_threshold: row.spam_threshold === null ? null : Number(row.spam_threshold),
   discard_content_on_webhook_confirmed: row.discard_content_on_webhook_confirmed,
-  webhook_secret_rotated_at: row.webhook_secret_rotated_at
+  webhook_secret_rotated_at: row.webhook_secret_rotated_at,
+  send_approval: row.send_approval
 })
 
 export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/AccountRepo", {
@@ -53,7 +55,7 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
         SELECT o.id, o.plan, o.managed_inbox_address, o.created_at, o.onboarding_completed, o.onboarding_step,
                o.billing_subscription_status, o.subscription_current_period_end,
                o.subscription_cancel_at_period_end, o.spam_threshold, o.discard_content_on_webhook_confirmed,
-               o.webhook_secret_rotated_at,
+               o.webhook_secret_rotated_at, o.send_approval,
                (SELECT array_agg(g.entitlement ORDER BY g.entitlement) FROM organization_entitlements g
                  WHERE g.org_id = o.id) AS granted,
                (SELECT u.email FROM memberships m JOIN users u ON u.id = m.user_id
@@ -87,7 +89,11 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
 
     const update = (
       orgId: string,
-      patch: { readonly spam_threshold?: number | null; readonly discard_content_on_webhook_confirmed?: boolean }
+      patch: {
+        readonly spam_threshold?: number | null
+        readonly discard_content_on_webhook_confirmed?: boolean
+        readonly send_approval?: SendApproval
+      }
     ) =>
       Effect.gen(function*() {
         const has = (k: keyof typeof patch) => Object.prototype.hasOwnProperty.call(patch, k)
@@ -97,6 +103,7 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
                                   ELSE spam_threshold END,
             discard_content_on_webhook_confirmed = coalesce(${patch.discard_content_on_webhook_confirmed ?? null}::boolean,
                                   discard_content_on_webhook_confirmed),
+            send_approval = coalesce(${patch.send_approval ?? null}::text, send_approval),
             updated_at = now()
           WHERE id = ${orgId}`
         const account = yield* find(orgId)
@@ -105,7 +112,8 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
           email: a.email,
           plan: a.plan,
           spam_threshold: a.spam_threshold,
-          discard_content_on_webhook_confirmed: a.discard_content_on_webhook_confirmed
+          discard_content_on_webhook_confirmed: a.discard_content_on_webhook_confirmed,
+          ...(has("send_approval") ? { send_approval: a.send_approval } : {})
         }))
       }).pipe(Effect.orDie)
 

@@ -1,6 +1,6 @@
 /** Command specs of `api-keys` and `drafts`. */
 import { SCOPES } from "../contract/Security.js"
-import { idArg, leaf, many, required, text } from "./Spec.js"
+import { choice, idArg, leaf, many, required, text } from "./Spec.js"
 
 const ID = "<id>"
 
@@ -29,4 +29,38 @@ export const apiKeysRevoke = leaf({
   flags: {},
   args: { id: idArg("API key", "mailroom api-keys list") },
   examples: [`mailroom api-keys revoke ${ID}`]
+})
+
+export const draftsList = leaf({
+  name: "list",
+  summary: "Sends held for approval, newest first",
+  flags: {
+    status: choice("status", ["pending_approval", "approved", "rejected", "expired", "sent", "failed"], "only drafts in this state")
+  },
+  args: {},
+  examples: ["mailroom drafts list", "mailroom drafts list --status pending_approval --json"]
+})
+
+export const draftsGet = leaf({
+  name: "get",
+  summary: "One held send",
+  flags: {},
+  args: { id: idArg("draft", "mailroom drafts list") },
+  examples: [`mailroom drafts get ${ID}`]
+})
+
+export const draftsApprove = leaf({
+  name: "approve",
+  summary: "Approve a held send: it is sent, once",
+  flags: {},
+  args: { id: idArg("draft", "mailroom drafts list") },
+  examples: [`mailroom drafts approve ${ID}`]
+})
+
+export const draftsReject = leaf({
+  name: "reject",
+  summary: "Reject a held send: it is never sent",
+  flags: {},
+  args: { id: idArg("draft", "mailroom drafts list") },
+  examples: [`mailroom drafts reject ${ID}`]
 })

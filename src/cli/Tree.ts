@@ -240,6 +240,12 @@ export const root: Group = group(
       cmd(O.apiKeysList, () => oversight().then((m) => m.apiKeysList)),
       cmd(O.apiKeysRevoke, () => oversight().then((m) => m.apiKeysRevoke))
     ]),
+    group("drafts", "Sends held for approval (account send_approval)", ["mailroom drafts list", "mailroom drafts approve <id>"], [
+      cmd(O.draftsList, () => oversight().then((m) => m.draftsList)),
+      cmd(O.draftsGet, () => oversight().then((m) => m.draftsGet)),
+      cmd(O.draftsApprove, () => oversight().then((m) => m.draftsApprove)),
+      cmd(O.draftsReject, () => oversight().then((m) => m.draftsReject))
+    ]),
     cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen)),
     cmd(S.mcp, () => import("./commands/mcp.js").then((m) => m.mcp))
   ]

@@ -42,7 +42,8 @@ export const demoAccount: Account = {
   subscription_cancel_at_period_end: null,
   spam_threshold: 5,
   discard_content_on_webhook_confirmed: false,
-  webhook_secret_rotated_at: null
+  webhook_secret_rotated_at: null,
+  send_approval: "none"
 }
 
 /** One received message of the story, as written; the rest of its representation is derived. */

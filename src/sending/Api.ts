@@ -1,5 +1,6 @@
 /** Contract of Sending: send-mail, replies and forwards, sent emails, scheduled sends, outbound status. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { Draft } from "../drafts/Api.js"
 import { Schema } from "effect"
 import { allErrors, DateTimeFilter, DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
@@ -151,6 +152,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .setPayload(SendMail)
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Ok(SentEmail, "SentEmail"), { status: 201 })
+      .addSuccess(Ok(Draft, "Draft"), { status: 202 })
       .addError(Wire.Forbidden)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
@@ -175,6 +177,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .setPayload(ReplyMail)
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Ok(SentEmail, "SentEmail"), { status: 201 })
+      .addSuccess(Ok(Draft, "Draft"), { status: 202 })
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
       .addError(Wire.InboundNotRepliable)
@@ -199,6 +202,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .setPayload(ForwardMail)
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Ok(SentEmail, "SentEmail"), { status: 201 })
+      .addSuccess(Ok(Draft, "Draft"), { status: 202 })
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
       .addError(Wire.InboundNotRepliable)

@@ -1,5 +1,5 @@
 /** Handlers of Sending. */
-import { HttpApiBuilder } from "@effect/platform"
+import { HttpApiBuilder, HttpApp, HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
@@ -13,7 +13,9 @@ import { asList } from "./Addresses.js"
 import { OutboundRelay } from "./Relay.js"
 import { forwardInput, replyInput } from "./Replies.js"
 import { type SentRow, SendingRepo, toSentEmail, toSentEmailDetail } from "./Repo.js"
-import { Sender } from "./Sender.js"
+import { Sender, type SendInput } from "./Sender.js"
+import { Approvals } from "../drafts/Approvals.js"
+import { DraftsRepo } from "../drafts/Repo.js"
 
 const noSent = (id: string) => new NotFound({ message: `no sent email ${id}` })
 
@@ -22,6 +24,11 @@ const notScheduled = (row: SentRow) =>
     message: `sent email ${row.id} is ${row.status === "scheduled" || row.status === "sending" ? "being sent right now" : row.status}: only a scheduled send can be changed`,
     details: { status: row.status }
   })
+
+/** A send held for approval answers 202 with its draft, not 201. */
+const status202 = HttpApp.appendPreResponseHandler((_req, res) =>
+  Effect.succeed(res.status === 201 ? HttpServerResponse.setStatus(res, 202) : res)
+)
 
 export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (handlers) =>
   Effect.gen(function*() {
@@ -32,6 +39,16 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     const caller = Effect.map(CurrentPrincipal, (p) => p.orgId)
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+    const approvals = yield* Approvals
+
+    /** Sends now, or holds the send as a draft when the account's send_approval asks for it. */
+    const submitOrHold = (input: SendInput) =>
+      Effect.gen(function*() {
+        const principal = yield* CurrentPrincipal
+        const held = yield* approvals.hold(principal, input)
+        if (Option.isSome(held)) return yield* Effect.as(status202, held.value)
+        return toSentEmail(yield* sender.submitAs(principal.orgId, input, principal.automation))
+      })
 
     /** A PATCH or cancel that found nothing to change: 404, or 409 with the state it is in. */
     const unchanged = (org: string, id: string) =>
@@ -41,9 +58,8 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
     return handlers
       .handle("send", ({ payload }) =>
         Effect.gen(function*() {
-          const principal = yield* CurrentPrincipal
-          const org = principal.orgId
-          const row = yield* sender.submitAs(org, {
+          const org = yield* caller
+          return yield* submitOrHold({
             kind: "send",
             sourceEmailId: null,
             from: payload.from ?? (yield* sender.defaultFrom(org)),
@@ -60,22 +76,17 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
             discardContent: payload.discard_content ?? false,
             inReplyTo: null,
             references: []
-          }, principal.automation)
-          return toSentEmail(row)
+          })
         }))
       .handle("reply", ({ path, payload }) =>
         Effect.gen(function*() {
-          const principal = yield* CurrentPrincipal
-          const org = principal.orgId
-          const input = yield* replyInput(org, path.id, payload).pipe(provideSql)
-          return toSentEmail(yield* sender.submitAs(org, input, principal.automation))
+          const input = yield* replyInput(yield* caller, path.id, payload).pipe(provideSql)
+          return yield* submitOrHold(input)
         }))
       .handle("forward", ({ path, payload }) =>
         Effect.gen(function*() {
-          const principal = yield* CurrentPrincipal
-          const org = principal.orgId
-          const input = yield* forwardInput(org, path.id, payload).pipe(provideSql)
-          return toSentEmail(yield* sender.submitAs(org, input, principal.automation))
+          const input = yield* forwardInput(yield* caller, path.id, payload).pipe(provideSql)
+          return yield* submitOrHold(input)
         }))
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
@@ -138,4 +149,4 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
             scheduled
           }
         }))
-  })).pipe(Layer.provide(SendingRepo.Default))
+  })).pipe(Layer.provide(SendingRepo.Default), Layer.provide(Approvals.Default), Layer.provide(DraftsRepo.Default))

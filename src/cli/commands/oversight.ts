@@ -1,6 +1,7 @@
 /** `api-keys create|list|revoke` and `drafts list|get|approve|reject`. */
-import { Console, Effect } from "effect"
+import { Console, Effect, Option } from "effect"
 import type { ApiKey } from "../../apikeys/Api.js"
+import type { Draft } from "../../drafts/Api.js"
 import type { Scope } from "../../contract/Security.js"
 import { CliFailure } from "../Failure.js"
 import { col, done, renderTable, showOne } from "../Output.js"
@@ -38,4 +39,43 @@ export const apiKeysRevoke: Handler<typeof S.apiKeysRevoke> = (o) =>
     const { client, target } = yield* authedClient
     const key = yield* client.apiKeys.revoke({ path: { id: o.id } })
     yield* done(target.json, `Revoked API key ${key.id}; it is refused from now on`, key)
+  })
+
+const draftColumns = [
+  col<Draft>("id", (d) => d.id),
+  col<Draft>("status", (d) => d.status),
+  col<Draft>("created", (d) => d.created_at),
+  col<Draft>("to", (d) => [...d.to, ...d.cc, ...d.bcc].join(", ")),
+  col<Draft>("subject", (d) => d.subject)
+]
+
+export const draftsList: Handler<typeof S.draftsList> = (o) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    const drafts = yield* client.drafts.list({ urlParams: Option.match(o.status, { onNone: () => ({}), onSome: (status) => ({ status }) }) })
+    if (target.json) return yield* showOne(true, drafts)
+    yield* Console.log(drafts.length === 0 ? "No drafts." : renderTable(drafts, draftColumns))
+  })
+
+export const draftsGet: Handler<typeof S.draftsGet> = (o) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    yield* showOne(target.json, yield* client.drafts.get({ path: { id: o.id } }))
+  })
+
+export const draftsApprove: Handler<typeof S.draftsApprove> = (o) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    const d = yield* client.drafts.approve({ path: { id: o.id }, headers: {} })
+    const text = d.status === "sent"
+      ? `Approved ${d.id}: sent as ${d.sent_email_id}`
+      : `Approved ${d.id}, but the send was refused: ${d.error?.code ?? "-"} ${d.error?.message ?? ""}`
+    yield* done(target.json, text, d)
+  })
+
+export const draftsReject: Handler<typeof S.draftsReject> = (o) =>
+  Effect.gen(function*() {
+    const { client, target } = yield* authedClient
+    const d = yield* client.drafts.reject({ path: { id: o.id }, headers: {} })
+    yield* done(target.json, `Rejected ${d.id}; it will not be sent`, d)
   })

@@ -2,6 +2,7 @@
 import { Console, Effect, Option } from "effect"
 import { readFileSync } from "node:fs"
 import { basename } from "node:path"
+import type { Draft } from "../../drafts/Api.js"
 import type { SentEmail } from "../../sending/Api.js"
 import { CliFailure } from "../Failure.js"
 import { col, done, renderDetail, renderTable, showList, showOne } from "../Output.js"
@@ -73,7 +74,11 @@ const needsRecipient = (to: ReadonlyArray<string>) =>
 const idempotency = (key: Option.Option<string>) => opt("idempotency-key", key)
 
 /** What happened to a send: sent (with the relay's answer) or scheduled. */
-const outcome = (json: boolean, verb: string, s: SentEmail) => {
+const outcome = (json: boolean, verb: string, s: SentEmail | Draft) => {
+  if ("reason" in s) {
+    const waiting = `Held for approval: draft ${s.id} (\`mailroom drafts approve ${s.id}\` sends it)`
+    return done(json, waiting, s)
+  }
   const to = [...s.to, ...s.cc, ...s.bcc].join(", ")
   const message = s.status === "scheduled"
     ? `Scheduled ${s.id} to ${to} for ${s.send_at?.toISOString() ?? "-"} (\`mailroom sent cancel ${s.id}\` cancels it)`

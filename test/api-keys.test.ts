@@ -37,6 +37,11 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("api keys", (it) => 
         const key = created.body.data
         expect(key).toMatchObject({ name: "reader", scopes: ["emails:read"], inbox_ids: null, last_used_at: null })
         expect(key.api_key).toMatch(/^mr_live_/)
+        expect(created.headers.get("cache-control")).toBe("no-store")
+        // The same body again is a second key, not a replay of the first one's secret.
+        const twin = yield* createKey(org.key, { name: "reader", scopes: ["emails:read", "emails:read"] })
+        expect(twin.status).toBe(201)
+        expect(twin.body.data.api_key).not.toBe(key.api_key)
 
         // The new key works for what it may do, and its use is recorded.
         expect((yield* call("GET", "/v1/emails", { token: key.api_key })).status).toBe(200)

@@ -235,9 +235,11 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send approval", (it
       Effect.gen(function*() {
         const server = yield* TestServer
         const org = yield* newOrg
-        yield* call("PATCH", "/v1/account", { token: org.key, body: { send_approval: "all" } })
         const env: CliEnv = { baseUrl: server.baseUrl, configHome: mkdtempSync(join(tmpdir(), "mailroom-cli-")), extra: { MAILROOM_API_KEY: org.key } }
         const cli = (...args: Array<string>) => Effect.promise(() => runCli(args, env))
+        const set = yield* cli("account", "update", "--send-approval", "all", "--json")
+        expect(set.code).toBe(0)
+        expect(JSON.parse(set.stdout).send_approval).toBe("all")
         const to = unique("cli")
         const sent = yield* cli("send", "--to", to, "--subject", "from the cli", "--text", "hi")
         expect(sent.code).toBe(0)

@@ -6,6 +6,7 @@ import { MailroomApi } from "../Api.js"
 import { Forbidden, NotFound, ValidationError } from "../contract/Errors.js"
 import { CurrentPrincipal, hasScope, type Scope } from "../contract/Security.js"
 import { Credentials } from "../platform/Credentials.js"
+import { noStore } from "../platform/HttpHeaders.js"
 import { displayPrefix, newApiKey, sha256Hex } from "../platform/Secrets.js"
 import type { ApiKey } from "./Api.js"
 
@@ -60,6 +61,8 @@ export const ApiKeysHttpLive = HttpApiBuilder.group(MailroomApi, "apiKeys", (han
             VALUES (${principal.orgId}, ${principal.userId}, ${payload.name}, ${sha256Hex(secret)}, ${displayPrefix(secret)},
                     string_to_array(${scopes.join(" ")}, ' '), NULL)
             RETURNING ${columns}`.pipe(Effect.orDie)
+          // A credential: never cached, never replayed under a derived idempotency key.
+          yield* noStore
           return { ...toApiKey(rows[0]!), api_key: secret }
         }))
       .handle("list", () =>

@@ -37,13 +37,14 @@ export const GROUPS: Readonly<Record<string, GroupScopes>> = {
   memories: both("memories"),
   registries: both("registries"),
   payments: both("payments"),
-  // Logging out and claiming act on the credential itself.
-  authSession: both(null),
+  // Logging out acts on the credential itself; claiming the account is the account's business.
+  authSession: both("admin"),
   apiKeys: both("admin")
 }
 
 /** Operations whose scope differs from their group's (`group.endpoint`). */
 export const OPERATIONS: Readonly<Record<string, Scope | null>> = {
+  "authSession.logout": null,
   // The account's storage figures are a read; its webhook secret is a credential of its own.
   "account.webhookSecret": "admin",
   "account.rotateWebhookSecret": "admin",

@@ -31,6 +31,8 @@ import { SendingApi } from "./sending/Api.js"
 import { SuppressionsApi } from "./bounces/Api.js"
 import { EventsApi } from "./events/Api.js"
 import { webhooksSection } from "./webhooks/Events.js"
+import { ApiKeysApi } from "./apikeys/Api.js"
+import { DraftsApi } from "./drafts/Api.js"
 
 type SchemaRef = { readonly $ref?: string }
 type MediaType = { schema?: { anyOf?: Array<SchemaRef> } | SchemaRef }
@@ -174,6 +176,8 @@ export class MailroomApi extends HttpApi.make("mailroom")
   .add(SendingApi)
   .add(SuppressionsApi)
   .add(EventsApi)
+  .add(ApiKeysApi)
+  .add(DraftsApi)
   .addError(Wire.ValidationError)
   .addError(Wire.RateLimited)
   .addError(Wire.InternalError)

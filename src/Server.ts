@@ -71,6 +71,12 @@ import { SendingRepo } from "./sending/Repo.js"
 import { Dns } from "./net/Dns.js"
 import { Admission } from "./platform/Admission.js"
 import { AuthenticationLive } from "./platform/Authentication.js"
+import { ScopePolicyLive } from "./policy/Policy.js"
+import { ApiKeysHttpLive } from "./apikeys/Http.js"
+import { DraftsHttpLive } from "./drafts/Http.js"
+import { DraftReviewPageLive } from "./drafts/Page.js"
+import { Approvals } from "./drafts/Approvals.js"
+import { DraftsRepo } from "./drafts/Repo.js"
 import { Credentials } from "./platform/Credentials.js"
 import { DatabaseLive } from "./platform/Database.js"
 import { apiMiddleware } from "./platform/ErrorMapping.js"
@@ -195,19 +201,22 @@ const AreaHandlers = [
   SearchHttpLive,
   SendingHttpLive,
   SuppressionsHttpLive,
-  EventsHttpLive
+  EventsHttpLive,
+  ApiKeysHttpLive,
+  DraftsHttpLive
 ] as const
 
 export const ApiLive = HttpApiBuilder.api(MailroomApi).pipe(
   Layer.provide(AreaHandlers),
-  Layer.provide(AuthenticationLive)
+  Layer.provide(AuthenticationLive.pipe(Layer.provide(ScopePolicyLive)))
 )
 
 /** Routes outside `/v1`: the reference, discovery documents, the MCP endpoint and the browser pages. */
 const PagesLive = Layer.mergeAll(
   ServiceRoutesLive,
-  McpHttpLive.pipe(Layer.provide([AuthenticationLive, HttpApiBuilder.Middleware.layer])),
-  Layer.mergeAll(DevicePageLive, ClaimPageLive).pipe(Layer.provide([IdentityServicesLive, DeviceWeb.Default]))
+  McpHttpLive.pipe(Layer.provide([AuthenticationLive.pipe(Layer.provide(ScopePolicyLive)), HttpApiBuilder.Middleware.layer])),
+  Layer.mergeAll(DevicePageLive, ClaimPageLive).pipe(Layer.provide([IdentityServicesLive, DeviceWeb.Default])),
+  DraftReviewPageLive.pipe(Layer.provide(Approvals.Default), Layer.provide(DraftsRepo.Default))
 )
 
 export const HttpLive = onNodeHttpServer(

@@ -32,10 +32,11 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("account", (it) => {
         const a = r.body.data
         expect(Object.keys(a).sort()).toEqual([
           "attachment_policy", "billing_subscription_status", "created_at", "discard_content_on_webhook_confirmed", "email", "entitlements", "id",
-          "limits", "managed_inbox_address", "onboarding_completed", "onboarding_step", "plan", "spam_threshold",
+          "limits", "managed_inbox_address", "onboarding_completed", "onboarding_step", "plan", "send_approval", "spam_threshold",
           "subscription_cancel_at_period_end", "subscription_current_period_end", "webhook_secret_rotated_at"
         ])
         expect(a.id).toBe(orgId)
+        expect(a.send_approval).toBe("none")
         expect(a.email).toBe(inbox) // emailless: its managed inbox address
         expect(a.limits).toEqual(LIMITS.pro)
         expect(a.entitlements).toEqual([...a.entitlements].sort())

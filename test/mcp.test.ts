@@ -28,7 +28,7 @@ const ROOT = fileURLToPath(new URL("..", import.meta.url))
 const EXPECTED = [
   "get_account", "list_emails", "get_email", "label_email", "search_emails", "wait_for_email", "send_email", "reply_to_email",
   "forward_email", "list_threads", "get_thread", "list_functions", "deploy_function", "invoke_function",
-  "get_memory", "put_memory", "schedule_wake", "resolve_registry_entry", "pay_challenge", "list_inboxes", "create_inbox"
+  "get_memory", "put_memory", "schedule_wake", "resolve_registry_entry", "pay_challenge", "list_inboxes", "create_inbox", "list_drafts"
 ]
 
 const FUNCTION_CODE = `export default { async fetch(request, env) { return new Response("ok from mcp") } }`

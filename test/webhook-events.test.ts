@@ -124,6 +124,11 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("webhook events", (i
       const paid = yield* call("POST", `/v1/payments/challenges/${good.id}/pay`, { token: org.key, body: { payment_payload: payload } })
       expect(paid.status, paid.text).toBe(200)
 
+      // A send held for approval: draft.created.
+      expect((yield* call("PATCH", "/v1/account", { token: org.key, body: { send_approval: "all" } })).status).toBe(200)
+      const held = yield* call("POST", "/v1/send-mail", { token: org.key, body: { to: "held@example.com", subject: "wait", text: "hi" } })
+      expect(held.status, held.text).toBe(202)
+
       const wanted = EVENTS.map((e) => e.type)
       const seen = () => new Set([
         ...receiver.received.map((r) => JSON.parse(r.body).event as string),

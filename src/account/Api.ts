@@ -7,6 +7,13 @@ import { PlanLimits } from "../contract/Plans.js"
 import { Authentication } from "../contract/Security.js"
 import { AttachmentPolicy } from "../trust/AttachmentPolicy.js"
 
+/** Which sends wait for a person's approval: none, those to a new recipient, or every send. */
+export const SendApproval = Schema.Literal("none", "new_recipients", "all").annotations({
+  description: "none (default); new_recipients: a send to an address this organization never sent to or received from " +
+    "waits for approval; all: every send waits (POST /drafts/{id}/approve)"
+})
+export type SendApproval = typeof SendApproval.Type
+
 export const Account = Schema.Struct({
   id: Schema.UUID,
   email: Schema.String,
@@ -23,7 +30,8 @@ export const Account = Schema.Struct({
   spam_threshold: Schema.NullOr(Schema.Number),
   discard_content_on_webhook_confirmed: Schema.Boolean,
   attachment_policy: Schema.NullOr(AttachmentPolicy),
-  webhook_secret_rotated_at: Schema.NullOr(DateTimeString)
+  webhook_secret_rotated_at: Schema.NullOr(DateTimeString),
+  send_approval: SendApproval
 }).annotations({ identifier: "Account" })
 export type Account = typeof Account.Type
 
@@ -33,7 +41,8 @@ export const AccountUpdateResult = Schema.Struct({
   plan: Schema.String,
   spam_threshold: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
   discard_content_on_webhook_confirmed: Schema.Boolean,
-  attachment_policy: Schema.optionalWith(Schema.NullOr(AttachmentPolicy), { exact: true })
+  attachment_policy: Schema.optionalWith(Schema.NullOr(AttachmentPolicy), { exact: true }),
+  send_approval: Schema.optionalWith(SendApproval, { exact: true }).annotations({ description: "present when the request set it" })
 }).annotations({ identifier: "AccountUpdate" })
 export type AccountUpdateResult = typeof AccountUpdateResult.Type
 
@@ -49,7 +58,8 @@ export const UpdateAccount = strict(Schema.Struct({
   discard_content_on_webhook_confirmed: Schema.optionalWith(Schema.Boolean, { exact: true }),
   attachment_policy: Schema.optionalWith(Schema.NullOr(AttachmentPolicy), { exact: true }).annotations({
     description: "limits on received attachments; null removes the policy"
-  })
+  }),
+  send_approval: Schema.optionalWith(SendApproval, { exact: true })
 })).pipe(
   Schema.filter((b) => Object.keys(b).length > 0 || "at least one property is required"),
   Schema.annotations({ identifier: "UpdateAccount" })
@@ -87,7 +97,7 @@ export class AccountApi extends HttpApiGroup.make("account")
       .setPayload(UpdateAccount)
       .addSuccess(Ok(AccountUpdateResult, "AccountUpdate"))
       .addError(Wire.NotFound)
-      .annotate(OpenApi.Summary, "Change account settings: spam_threshold, discard_content_on_webhook_confirmed, attachment_policy")
+      .annotate(OpenApi.Summary, "Change account settings: spam_threshold, discard_content_on_webhook_confirmed, attachment_policy, send_approval")
   )
   .add(
     HttpApiEndpoint.get("storage", "/account/storage")

@@ -3,7 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Exit, Option } from "effect"
 import { makeBatcher } from "../platform/Batching.js"
 import { type Entitlement, entitlementsOf, LIMITS, OPERATOR_ENTITLEMENTS, type Plan } from "../contract/Plans.js"
-import type { Account, AccountUpdateResult, StorageStatistics } from "./Api.js"
+import type { Account, AccountUpdateResult, SendApproval, StorageStatistics } from "./Api.js"
 import type { AttachmentPolicy } from "../trust/AttachmentPolicy.js"
 
 interface AccountRow {
@@ -21,6 +21,7 @@ interface AccountRow {
   discard_content_on_webhook_confirmed: boolean
   attachment_policy: AttachmentPolicy | null
   webhook_secret_rotated_at: Date | null
+  send_approval: SendApproval
   /** Entitlements an operator granted to this organization (`npm run admin -- grant`). */
   granted?: ReadonlyArray<string> | null
 }
@@ -45,7 +46,8 @@ export const toAccount = (row: AccountRow): Account => ({
   spam_threshold: row.spam_threshold === null ? null : Number(row.spam_threshold),
   discard_content_on_webhook_confirmed: row.discard_content_on_webhook_confirmed,
   attachment_policy: row.attachment_policy ?? null,
-  webhook_secret_rotated_at: row.webhook_secret_rotated_at
+  webhook_secret_rotated_at: row.webhook_secret_rotated_at,
+  send_approval: row.send_approval
 })
 
 export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/AccountRepo", {
@@ -56,7 +58,7 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
         SELECT o.id, o.plan, o.managed_inbox_address, o.created_at, o.onboarding_completed, o.onboarding_step,
                o.billing_subscription_status, o.subscription_current_period_end,
                o.subscription_cancel_at_period_end, o.spam_threshold, o.discard_content_on_webhook_confirmed,
-               o.webhook_secret_rotated_at, o.attachment_policy,
+               o.webhook_secret_rotated_at, o.attachment_policy, o.send_approval,
                (SELECT array_agg(g.entitlement ORDER BY g.entitlement) FROM organization_entitlements g
                  WHERE g.org_id = o.id) AS granted,
                (SELECT u.email FROM memberships m JOIN users u ON u.id = m.user_id
@@ -94,6 +96,7 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
         readonly spam_threshold?: number | null
         readonly discard_content_on_webhook_confirmed?: boolean
         readonly attachment_policy?: AttachmentPolicy | null
+        readonly send_approval?: SendApproval
       }
     ) =>
       Effect.gen(function*() {
@@ -106,6 +109,7 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
                                   discard_content_on_webhook_confirmed),
             attachment_policy = CASE WHEN ${has("attachment_policy")} THEN ${patch.attachment_policy == null ? null : JSON.stringify(patch.attachment_policy)}::jsonb
                                      ELSE attachment_policy END,
+            send_approval = coalesce(${patch.send_approval ?? null}::text, send_approval),
             updated_at = now()
           WHERE id = ${orgId}`
         const account = yield* find(orgId)
@@ -115,7 +119,8 @@ export class AccountRepo extends Effect.Service<AccountRepo>()("mailroom/Account
           plan: a.plan,
           spam_threshold: a.spam_threshold,
           discard_content_on_webhook_confirmed: a.discard_content_on_webhook_confirmed,
-          ...(has("attachment_policy") ? { attachment_policy: a.attachment_policy } : {})
+          ...(has("attachment_policy") ? { attachment_policy: a.attachment_policy } : {}),
+          ...(has("send_approval") ? { send_approval: a.send_approval } : {})
         }))
       }).pipe(Effect.orDie)
 

@@ -126,6 +126,9 @@ export const accountUpdate = leaf({
     }),
     discardContent: onOff("discard-content", "drop stored content once a delivery is confirmed", {
       field: "discard_content_on_webhook_confirmed"
+    }),
+    sendApproval: choice("send-approval", ["none", "new_recipients", "all"], "which sends wait for approval (mailroom drafts)", {
+      field: "send_approval"
     })
   },
   args: {},

@@ -5,6 +5,7 @@
 import { globalFlags } from "./Root.js"
 import type { Handler, LeafSpec } from "./Spec.js"
 import * as S from "./Specs.js"
+import * as O from "./OversightSpecs.js"
 
 export interface Leaf {
   readonly kind: "leaf"
@@ -50,6 +51,7 @@ const demo = () => import("./commands/demo.js")
 const payments = () => import("./commands/payments.js")
 const conversations = () => import("./commands/conversations.js")
 const sending = () => import("./commands/sending.js")
+const oversight = () => import("./commands/oversight.js")
 
 export { globalFlags }
 
@@ -250,6 +252,17 @@ export const root: Group = group(
       cmd(S.paymentsPay, () => payments().then((m) => m.pay)),
       cmd(S.paymentsList, () => payments().then((m) => m.list)),
       cmd(S.paymentsGet, () => payments().then((m) => m.get))
+    ]),
+    group("api-keys", "Scoped API keys", ["mailroom api-keys create --name reader --scope emails:read", "mailroom api-keys list"], [
+      cmd(O.apiKeysCreate, () => oversight().then((m) => m.apiKeysCreate)),
+      cmd(O.apiKeysList, () => oversight().then((m) => m.apiKeysList)),
+      cmd(O.apiKeysRevoke, () => oversight().then((m) => m.apiKeysRevoke))
+    ]),
+    group("drafts", "Sends held for approval (account send_approval)", ["mailroom drafts list", "mailroom drafts approve <id>"], [
+      cmd(O.draftsList, () => oversight().then((m) => m.draftsList)),
+      cmd(O.draftsGet, () => oversight().then((m) => m.draftsGet)),
+      cmd(O.draftsApprove, () => oversight().then((m) => m.draftsApprove)),
+      cmd(O.draftsReject, () => oversight().then((m) => m.draftsReject))
     ]),
     cmd(S.listen, () => import("./commands/listen.js").then((m) => m.listen)),
     cmd(S.mcp, () => import("./commands/mcp.js").then((m) => m.mcp))

@@ -47,7 +47,8 @@ export const demoAccount: Account = {
   spam_threshold: 5,
   discard_content_on_webhook_confirmed: false,
   attachment_policy: null,
-  webhook_secret_rotated_at: null
+  webhook_secret_rotated_at: null,
+  send_approval: "none"
 }
 
 /** One received message of the story, as written; the rest of its representation is derived. */

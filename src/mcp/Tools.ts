@@ -137,7 +137,7 @@ export const tool = (name: string, group: string, endpoint: string, description?
 }
 
 /**
- * Every tool. Not yet here, each one line when its operation exists: `list_drafts` (`drafts.list`).
+ * Every tool of the contract.
  */
 export const TOOLS: ReadonlyArray<ToolSpec> = [
   tool("get_account", "account", "get", "The caller's organization: plan, limits, entitlements, managed inbox address"),
@@ -172,7 +172,8 @@ export const TOOLS: ReadonlyArray<ToolSpec> = [
   tool("put_memory", "memories", "put"),
   tool("schedule_wake", "wakes", "create"),
   tool("resolve_registry_entry", "registries", "entry"),
-  tool("pay_challenge", "payments", "pay")
+  tool("pay_challenge", "payments", "pay"),
+  tool("list_drafts", "drafts", "list", "Sends held for a person's approval (send_approval), newest first; a person approves them")
 ]
 
 export interface ToolRequest {

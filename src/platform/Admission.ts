@@ -76,7 +76,8 @@ export class Admission extends Effect.Service<Admission>()("mailroom/Admission",
     })
 
     const none = sql`SELECT NULL::uuid AS id, NULL::uuid AS org_id, NULL::text AS role, NULL::uuid AS user_id,
-                            NULL::text AS client_id, NULL::timestamptz AS expires_at WHERE false`
+                            NULL::text AS client_id, NULL::timestamptz AS expires_at, NULL::text AS scopes,
+                            NULL::text AS inbox_ids WHERE false`
 
     /**
      * `orgKeyPrefix` + organization id is the window of a valid credential, `anonymousKey` the
@@ -99,7 +100,8 @@ export class Admission extends Effect.Service<Admission>()("mailroom/Admission",
           WITH ${sql.unsafe(ASYNC_COMMIT)},
             principal AS (${lookup?.select ?? none} LIMIT 1),
             win AS (${windowUpsert(sql, key, policy, now, true)})
-          SELECT win.allowed, win.count, win.oldest, p.id, p.org_id, p.role, p.user_id, p.client_id, p.expires_at
+          SELECT win.allowed, win.count, win.oldest, p.id, p.org_id, p.role, p.user_id, p.client_id, p.expires_at,
+                 p.scopes, p.inbox_ids
           FROM win LEFT JOIN principal p ON true`
         const row = rows[0]!
         const found = lookup !== undefined && row.id !== null && row.org_id !== null
@@ -109,7 +111,9 @@ export class Admission extends Effect.Service<Admission>()("mailroom/Admission",
             role: row.role ?? "member",
             user_id: row.user_id,
             client_id: row.client_id,
-            expires_at: row.expires_at
+            expires_at: row.expires_at,
+            scopes: row.scopes,
+            inbox_ids: row.inbox_ids
           }))
           : Option.none()
         if (Option.isSome(token) && Option.isSome(found)) credentials.remember(token.value, found.value, row.expires_at, now)

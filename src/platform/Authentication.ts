@@ -1,8 +1,8 @@
 /** The bearer middleware: 401 `unauthorized` with `WWW-Authenticate` pointing at RFC 9728 metadata. */
-import { HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpApp, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, FiberRef, Layer, Option } from "effect"
-import { Unauthorized } from "../contract/Errors.js"
-import { Authentication } from "../contract/Security.js"
+import { Forbidden, Unauthorized } from "../contract/Errors.js"
+import { Authentication, hasScope, ScopePolicy } from "../contract/Security.js"
 import { AppConfig } from "./Config.js"
 import { Credentials } from "./Credentials.js"
 import { ResolvedPrincipal } from "./RequestContext.js"
@@ -22,6 +22,7 @@ export const AuthenticationLive = Layer.effect(
   Effect.gen(function*() {
     const credentials = yield* Credentials
     const config = yield* AppConfig
+    const policy = yield* ScopePolicy
     const challenge = wwwAuthenticate(config.publicBaseUrl)
     const deny = (message: string) =>
       HttpApp.appendPreResponseHandler((_req, res) =>
@@ -45,6 +46,17 @@ export const AuthenticationLive = Layer.effect(
           const principal = Option.isSome(cached) ? cached.value : yield* credentials.resolve(token.value)
           if (Option.isNone(principal)) {
             return yield* deny("invalid, expired or revoked credential")
+          }
+          yield* credentials.touch(principal.value)
+          // The operation's scope, from the one table (src/policy/): this is where every operation,
+          // and every MCP tool call (run through the same router), is held to a key's scopes.
+          const route = yield* Effect.serviceOption(HttpRouter.RouteContext)
+          const scope = Option.isSome(route) ? policy.required(route.value.route.method, route.value.route.path) : undefined
+          if (scope !== undefined && !hasScope(principal.value, scope)) {
+            return yield* new Forbidden({
+              message: `this API key lacks the ${scope} scope`,
+              details: { missing_scope: scope, scopes: principal.value.scopes ?? [] }
+            })
           }
           return principal.value
         })

@@ -14,7 +14,7 @@ import { type Statement, SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Effect, Option, Schedule, Stream } from "effect"
 import { DatabaseKind } from "./Database.js"
-import type { Principal, Role } from "../contract/Security.js"
+import type { Principal, Role, Scope } from "../contract/Security.js"
 import { PREFIX, sha256Hex } from "./Secrets.js"
 
 export interface PrincipalRow {
@@ -25,6 +25,10 @@ export interface PrincipalRow {
   readonly client_id: string | null
   /** When the credential itself expires (access tokens); null when it does not. */
   readonly expires_at: Date | null
+  /** A scoped API key's scopes, space-separated; null for a credential with every scope. */
+  readonly scopes: string | null
+  /** The inboxes an API key is limited to, space-separated; null when it is not limited. */
+  readonly inbox_ids: string | null
 }
 
 export interface PrincipalLookup {
@@ -44,14 +48,16 @@ export const principalLookup = (sql: SqlClient.SqlClient, token: string, now: Da
     return {
       kind: "api_key",
       select: sql`SELECT id, org_id, 'member'::text AS role, NULL::uuid AS user_id, NULL::text AS client_id,
-                         NULL::timestamptz AS expires_at
+                         NULL::timestamptz AS expires_at, array_to_string(scopes, ' ') AS scopes,
+                         array_to_string(inbox_ids::text[], ' ') AS inbox_ids
                   FROM api_keys WHERE key_hash = ${hash} AND revoked_at IS NULL`
     }
   }
   if (token.startsWith(PREFIX.accessToken)) {
     return {
       kind: "oauth",
-      select: sql`SELECT g.id, g.org_id, m.role, g.user_id, g.client_id, g.access_expires_at AS expires_at
+      select: sql`SELECT g.id, g.org_id, m.role, g.user_id, g.client_id, g.access_expires_at AS expires_at,
+                         NULL::text AS scopes, NULL::text AS inbox_ids
                   FROM oauth_grants g
                   JOIN memberships m ON m.org_id = g.org_id AND m.user_id = g.user_id
                   WHERE g.access_token_hash = ${hash} AND g.revoked_at IS NULL AND g.access_expires_at > ${now}`
@@ -63,16 +69,28 @@ export const principalLookup = (sql: SqlClient.SqlClient, token: string, now: Da
     return {
       kind: "function",
       select: sql`SELECT id, org_id, 'member'::text AS role, NULL::uuid AS user_id, function_id::text AS client_id,
-                         expires_at
+                         expires_at, NULL::text AS scopes, NULL::text AS inbox_ids
                   FROM function_tokens WHERE token_hash = ${hash} AND revoked_at IS NULL AND expires_at > ${now}`
     }
   }
   return undefined
 }
 
+const words = (s: string | null): ReadonlyArray<string> | null => s === null ? null : s.split(" ").filter((w) => w !== "")
+
+/** A key's scopes and inbox limit as the principal carries them; `admin` alone is no limit at all. */
+const keyLimits = (row: PrincipalRow): Pick<Principal, "scopes" | "inboxIds"> => {
+  const scopes = words(row.scopes) as ReadonlyArray<Scope> | null
+  const inboxIds = words(row.inbox_ids)
+  return {
+    ...(scopes !== null && !scopes.includes("admin") ? { scopes } : {}),
+    ...(inboxIds !== null ? { inboxIds } : {})
+  }
+}
+
 export const toPrincipal = (kind: PrincipalLookup["kind"], row: PrincipalRow): Principal =>
   kind === "api_key"
-    ? { orgId: row.org_id, role: "member", userId: null, credential: { kind: "api_key", id: row.id } }
+    ? { orgId: row.org_id, role: "member", userId: null, credential: { kind: "api_key", id: row.id }, ...keyLimits(row) }
     : kind === "function"
     ? {
       orgId: row.org_id,
@@ -86,6 +104,8 @@ export const toPrincipal = (kind: PrincipalLookup["kind"], row: PrincipalRow): P
 /** How long a resolved principal is reused without looking its credential up again. */
 export const CREDENTIAL_CACHE_TTL_MS = 5_000
 const CACHE_MAX_ENTRIES = 10_000
+/** How stale an API key's `last_used_at` may be. */
+export const TOUCH_INTERVAL_MS = 60_000
 export const CREDENTIALS_CHANNEL = "mailroom_credentials"
 
 interface Entry {
@@ -162,6 +182,21 @@ export class Credentials extends Effect.Service<Credentials>()("mailroom/Credent
         return Option.map(Option.fromNullable(rows[0]), (row) => toPrincipal(lookup.kind, row))
       }).pipe(Effect.orDie)
 
-    return { resolve, cached, remember, forgetGrant, forgetApiKey } as const
+    // When this process last wrote each key's last_used_at: at most one write a minute per key.
+    const touched = new Map<string, number>()
+    /** Records that an API key was used (`last_used_at`), cheaply: once a minute per key. */
+    const touch = (p: Principal): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        if (p.credential.kind !== "api_key" || p.automation !== undefined) return
+        const id = p.credential.id
+        const now = yield* Clock.currentTimeMillis
+        if ((touched.get(id) ?? 0) > now - TOUCH_INTERVAL_MS) return
+        if (touched.size >= CACHE_MAX_ENTRIES) touched.clear()
+        touched.set(id, now)
+        yield* sql`UPDATE api_keys SET last_used_at = ${new Date(now)}
+                   WHERE id = ${id} AND (last_used_at IS NULL OR last_used_at < ${new Date(now - TOUCH_INTERVAL_MS)})`
+      }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("last_used_at not recorded", cause)))
+
+    return { resolve, cached, remember, forgetGrant, forgetApiKey, touch } as const
   })
 }) {}

@@ -1,6 +1,7 @@
 /** Contract of Sending: send-mail, replies and forwards, sent emails, scheduled sends, outbound status. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { Draft } from "../contract/Drafts.js"
 import { allErrors, DateTimeFilter, DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
 import { ErrorDetails, Gate, Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
@@ -169,8 +170,12 @@ export type SentListQuery = typeof SentListQuery.Type
 export const BatchResult = Schema.Struct({
   results: Schema.Array(Schema.Union(
     Schema.Struct({ index: Schema.Int, email: SentEmail }),
+    Schema.Struct({ index: Schema.Int, draft: Draft }),
     Schema.Struct({ index: Schema.Int, error: BatchError })
-  )).annotations({ description: "one entry per message, in the order given: `{index, email}` when sent (or scheduled), `{index, error}` when not" })
+  )).annotations({
+    description: "one entry per message, in the order given: `{index, email}` when sent (or scheduled), `{index, draft}` " +
+      "when the account's send_approval holds it for approval, `{index, error}` when not sent"
+  })
 }).annotations({ identifier: "SendBatchResult" })
 export type BatchResult = typeof BatchResult.Type
 
@@ -194,6 +199,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .setPayload(SendMail)
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Ok(SentEmail, "SentEmail"), { status: 201 })
+      .addSuccess(Ok(Draft, "Draft"), { status: 202 })
       .addError(Wire.Forbidden)
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
@@ -230,6 +236,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .setPayload(ReplyMail)
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Ok(SentEmail, "SentEmail"), { status: 201 })
+      .addSuccess(Ok(Draft, "Draft"), { status: 202 })
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
       .addError(Wire.InboundNotRepliable)
@@ -255,6 +262,7 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .setPayload(ForwardMail)
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Ok(SentEmail, "SentEmail"), { status: 201 })
+      .addSuccess(Ok(Draft, "Draft"), { status: 202 })
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
       .addError(Wire.InboundNotRepliable)

@@ -10,8 +10,9 @@ import { type ApiError, envelopeOf, ErrorTable } from "../contract/Errors.js"
 import { validationFromDecode } from "../platform/ErrorMapping.js"
 import { asList } from "./Addresses.js"
 import { type BatchResult, SendMail } from "./Api.js"
-import { toSentEmail } from "./Repo.js"
-import { type Automation, Sender, type SendInput } from "./Sender.js"
+import type { Draft } from "../contract/Drafts.js"
+import type { SentEmail } from "./Api.js"
+import { Sender, type SendInput } from "./Sender.js"
 
 /** Messages of one batch relayed at once (the relay pool keeps 8 connections). */
 const BATCH_CONCURRENCY = 8
@@ -44,7 +45,15 @@ const isApiError = (e: unknown): e is ApiError =>
 
 type Result = BatchResult["results"][number]
 
-export const sendBatch = (sender: Sender, orgId: string, messages: ReadonlyArray<unknown>, automation: Automation | undefined) =>
+/** What one message became: sent (or scheduled), or held as a draft for approval. */
+export type Submitted = { readonly email: SentEmail } | { readonly draft: Draft }
+
+export const sendBatch = <E>(
+  sender: Sender,
+  orgId: string,
+  messages: ReadonlyArray<unknown>,
+  submit: (input: SendInput) => Effect.Effect<Submitted, E>
+) =>
   Effect.forEach(messages, (message, index): Effect.Effect<Result> => {
     const decoded = decodeMessage(message)
     if (Either.isLeft(decoded)) {
@@ -52,8 +61,8 @@ export const sendBatch = (sender: Sender, orgId: string, messages: ReadonlyArray
       const invalid = validationFromDecode(new HttpApiDecodeError({ issues: [...issues], message: "" }))
       return Effect.succeed({ index, error: envelopeOf(invalid).error })
     }
-    return Effect.flatMap(sendInputOf(sender, orgId, decoded.right), (input) => sender.submitAs(orgId, input, automation)).pipe(
-      Effect.map((row): Result => ({ index, email: toSentEmail(row) })),
+    return Effect.flatMap(sendInputOf(sender, orgId, decoded.right), submit).pipe(
+      Effect.map((submitted): Result => ({ index, ...submitted })),
       Effect.catchAllCause((cause) => {
         const failure = Cause.failureOption(cause)
         if (Option.isSome(failure) && isApiError(failure.value)) return Effect.succeed({ index, error: envelopeOf(failure.value).error })

@@ -1,19 +1,21 @@
 /** Handlers of Sending. */
-import { HttpApiBuilder } from "@effect/platform"
+import { HttpApiBuilder, HttpApp, HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound, NotScheduled } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { LIMITS } from "../contract/Plans.js"
-import { CurrentPrincipal } from "../contract/Security.js"
+import { CurrentPrincipal, type Principal } from "../contract/Security.js"
 import { ValidationError } from "../contract/Errors.js"
 import { SCHEDULE_MAX_DAYS } from "./Api.js"
 import { sendBatch, sendInputOf } from "./Batch.js"
 import { OutboundRelay } from "./Relay.js"
 import { forwardInput, replyInput } from "./Replies.js"
 import { type SentRow, SendingRepo, toSentEmail, toSentEmailDetail } from "./Repo.js"
-import { Sender } from "./Sender.js"
+import { Sender, type SendInput } from "./Sender.js"
+import { Approvals } from "../drafts/Approvals.js"
+import { DraftsRepo } from "../drafts/Repo.js"
 
 const noSent = (id: string) => new NotFound({ message: `no sent email ${id}` })
 
@@ -22,6 +24,11 @@ const notScheduled = (row: SentRow) =>
     message: `sent email ${row.id} is ${row.status === "scheduled" || row.status === "sending" ? "being sent right now" : row.status}: only a scheduled send can be changed`,
     details: { status: row.status }
   })
+
+/** A send held for approval answers 202 with its draft, not 201. */
+const status202 = HttpApp.appendPreResponseHandler((_req, res) =>
+  Effect.succeed(res.status === 201 ? HttpServerResponse.setStatus(res, 202) : res)
+)
 
 export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (handlers) =>
   Effect.gen(function*() {
@@ -32,6 +39,22 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     const caller = Effect.map(CurrentPrincipal, (p) => p.orgId)
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+    const approvals = yield* Approvals
+
+    /** Sends now, or holds the send as a draft when the account's send_approval asks for it. */
+    const sendOrHold = (principal: Principal, input: SendInput) =>
+      Effect.gen(function*() {
+        const held = yield* approvals.hold(principal, input)
+        if (Option.isSome(held)) return { draft: held.value } as const
+        return { email: toSentEmail(yield* sender.submitAs(principal.orgId, input, principal.automation)) } as const
+      })
+
+    /** One send's answer: the sent email (201), or its draft (202). */
+    const submitOrHold = (input: SendInput) =>
+      Effect.gen(function*() {
+        const submitted = yield* sendOrHold(yield* CurrentPrincipal, input)
+        return "draft" in submitted ? yield* Effect.as(status202, submitted.draft) : submitted.email
+      })
 
     /** A PATCH or cancel that found nothing to change: 404, or 409 with the state it is in. */
     const unchanged = (org: string, id: string) =>
@@ -41,26 +64,21 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
     return handlers
       .handle("send", ({ payload }) =>
         Effect.gen(function*() {
-          const principal = yield* CurrentPrincipal
-          const org = principal.orgId
-          const row = yield* sender.submitAs(org, yield* sendInputOf(sender, org, payload), principal.automation)
-          return toSentEmail(row)
+          const org = yield* caller
+          return yield* submitOrHold(yield* sendInputOf(sender, org, payload))
         }))
       .handle("sendBatch", ({ payload }) =>
-        Effect.flatMap(CurrentPrincipal, (principal) => sendBatch(sender, principal.orgId, payload.messages, principal.automation)))
+        Effect.flatMap(CurrentPrincipal, (principal) =>
+          sendBatch(sender, principal.orgId, payload.messages, (input) => sendOrHold(principal, input))))
       .handle("reply", ({ path, payload }) =>
         Effect.gen(function*() {
-          const principal = yield* CurrentPrincipal
-          const org = principal.orgId
-          const input = yield* replyInput(org, path.id, payload).pipe(provideSql)
-          return toSentEmail(yield* sender.submitAs(org, input, principal.automation))
+          const input = yield* replyInput(yield* caller, path.id, payload).pipe(provideSql)
+          return yield* submitOrHold(input)
         }))
       .handle("forward", ({ path, payload }) =>
         Effect.gen(function*() {
-          const principal = yield* CurrentPrincipal
-          const org = principal.orgId
-          const input = yield* forwardInput(org, path.id, payload).pipe(provideSql)
-          return toSentEmail(yield* sender.submitAs(org, input, principal.automation))
+          const input = yield* forwardInput(yield* caller, path.id, payload).pipe(provideSql)
+          return yield* submitOrHold(input)
         }))
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
@@ -124,4 +142,4 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
             scheduled
           }
         }))
-  })).pipe(Layer.provide(SendingRepo.Default))
+  })).pipe(Layer.provide(SendingRepo.Default), Layer.provide(Approvals.Default), Layer.provide(DraftsRepo.Default))

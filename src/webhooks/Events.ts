@@ -180,6 +180,23 @@ export const BounceEventSchema = Schema.Union(SentEmailEventSchema, EmailEventSc
   ...jsonId("BounceEvent"),
   description: "with `sent_email`: a DSN received at a sent email's return path; with `email`: a bounce received at one of the organization's addresses"
 })
+export const DraftEventSchema = Schema.Struct({
+  ...base,
+  draft: Schema.Struct({
+    id: Schema.String.annotations({ description: "GET /v1/drafts/{id}; approve with POST /v1/drafts/{id}/approve" }),
+    status: Schema.Literal("pending_approval"),
+    kind: Schema.Literal("send", "reply", "forward"),
+    reason: Schema.Literal("all", "new_recipients"),
+    new_recipients: Schema.Array(Schema.String),
+    from: Schema.String,
+    to: Schema.Array(Schema.String),
+    cc: Schema.Array(Schema.String),
+    bcc: Schema.Array(Schema.String),
+    subject: Schema.String,
+    created_at: DateTime,
+    expires_at: DateTime
+  }).annotations(jsonId("EventDraft"))
+}).annotations({ ...jsonId("DraftEvent"), description: "a send held for approval" })
 
 export interface EventDoc {
   readonly type: string
@@ -203,6 +220,7 @@ export const EVENTS: ReadonlyArray<EventDoc> = [
   { type: "email.dmarc_failure", schema: EmailEventSchema, summary: "A DMARC failure report was received", description: "An RFC 6591 failure (ruf) report." + EMAIL_NOTE },
   { type: "wake.command", schema: EmailEventSchema, summary: "A wake fired, or an allowed sender mailed a command", description: "Delivered to the function the wake targets, with `wake` set; the email is the wake message." },
   { type: "send.loop_detected", schema: LoopEventSchema, summary: "An automated send was refused as a likely mail loop", description: "A function's send (through its MAILROOM binding) was answered 429 `loop_detected`: more than 10 automated sends to one thread in an hour, or more than 5 in a row to one counterpart without a message from a person in between. Sent to endpoints that list the type in `event_types` and the organization-wide endpoint (never to a function's route)." },
+  { type: "draft.created", schema: DraftEventSchema, summary: "A send is waiting for approval", description: "The account's send_approval held a send (POST /send-mail, reply or forward answered 202 with this draft); a person approves or rejects it within 7 days." },
   { type: "payment.failed", schema: PaymentEventSchema, summary: "A payment failed", description: "Sent to the payer (HTTP rail) or the payee (email rail) organization's endpoints that receive it: every failure (declined by policy, cap, verification, settlement) with `failure_category` and `reasons`." },
   { type: "payment.settled", schema: PaymentEventSchema, summary: "A payment settled", description: "Sent to the organizations the settlement concerns, with the transaction hash." }
 ]

@@ -27,10 +27,11 @@ export const update: Handler<typeof S.accountUpdate> = (o) =>
     })
     const payload = {
       ...threshold,
-      ...Option.match(o.discardContent, { onNone: () => ({}), onSome: (v) => ({ discard_content_on_webhook_confirmed: v }) })
+      ...Option.match(o.discardContent, { onNone: () => ({}), onSome: (v) => ({ discard_content_on_webhook_confirmed: v }) }),
+      ...Option.match(o.sendApproval, { onNone: () => ({}), onSome: (v) => ({ send_approval: v }) })
     }
     if (Object.keys(payload).length === 0) {
-      return yield* new CliFailure({ message: "nothing to change: pass --spam-threshold or --discard-content", usage: true })
+      return yield* new CliFailure({ message: "nothing to change: pass --spam-threshold, --discard-content or --send-approval", usage: true })
     }
     yield* showOne(target.json, yield* client.account.update({ payload }))
   })

@@ -2,6 +2,7 @@
 import { Console, Effect, Option } from "effect"
 import { readFileSync } from "node:fs"
 import { basename } from "node:path"
+import type { Draft } from "../../drafts/Api.js"
 import type { SentEmail } from "../../sending/Api.js"
 import { CliFailure } from "../Failure.js"
 import { col, done, renderDetail, renderTable, showList, showOne } from "../Output.js"
@@ -73,7 +74,11 @@ const needsRecipient = (to: ReadonlyArray<string>) =>
 const idempotency = (key: Option.Option<string>) => opt("idempotency-key", key)
 
 /** What happened to a send: sent (with the relay's answer) or scheduled. */
-const outcome = (json: boolean, verb: string, s: SentEmail) => {
+const outcome = (json: boolean, verb: string, s: SentEmail | Draft) => {
+  if ("reason" in s) {
+    const waiting = `Held for approval: draft ${s.id} (\`mailroom drafts approve ${s.id}\` sends it)`
+    return done(json, waiting, s)
+  }
   const to = [...s.to, ...s.cc, ...s.bcc].join(", ")
   const message = s.status === "scheduled"
     ? `Scheduled ${s.id} to ${to} for ${s.send_at?.toISOString() ?? "-"} (\`mailroom sent cancel ${s.id}\` cancels it)`
@@ -130,11 +135,17 @@ export const sendBatch: Handler<typeof S.sendBatch> = (o) =>
     const rows = r.results.map((x) =>
       "email" in x
         ? { index: x.index, outcome: x.email.status, detail: `${x.email.id} to ${[...x.email.to, ...x.email.cc, ...x.email.bcc].join(", ")}` }
+        : "draft" in x
+        ? { index: x.index, outcome: "pending_approval", detail: `draft ${x.draft.id}: mailroom drafts approve ${x.draft.id}` }
         : { index: x.index, outcome: x.error.code, detail: x.error.message }
     )
     yield* Console.log(renderTable(rows, [col("index", (x) => x.index), col("outcome", (x) => x.outcome), col("detail", (x) => cut(x.detail, 80))]))
     const failed = r.results.filter((x) => "error" in x).length
-    yield* Console.log(`\n${r.results.length - failed} of ${r.results.length} sent or scheduled${failed > 0 ? `, ${failed} refused` : ""}`)
+    const held = r.results.filter((x) => "draft" in x).length
+    yield* Console.log(
+      `\n${r.results.length - failed - held} of ${r.results.length} sent or scheduled` +
+        `${held > 0 ? `, ${held} held for approval` : ""}${failed > 0 ? `, ${failed} refused` : ""}`
+    )
   })
 
 export const suppressionsList: Handler<typeof S.suppressionsList> = (o) =>

@@ -315,7 +315,11 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("inboxes", (it) => {
         })
         expect(sent.status).toBe(201)
         expect(sent.body.data).toMatchObject({ status: "sent", inbox_id: inbox.id })
-        expect(relay.messages.some((m) => m.to.includes(to) && m.from === `${inbox.username}+news@${MANAGED}`)).toBe(true)
+        // The envelope sender is the send's VERP return path; the From header names the inbox.
+        expect(relay.messages.some((m) =>
+          m.to.includes(to) && /^bounces\+[0-9a-f]{48}@/.test(m.from) &&
+          m.raw.toString("utf8").includes(`From: Outbound <${inbox.username}+news@${MANAGED}>`)
+        )).toBe(true)
         const listed = yield* call("GET", `/v1/sent-emails?inbox_id=${inbox.id}`, { token: org.token })
         expect(listed.body.data.map((s: { id: string }) => s.id)).toEqual([sent.body.data.id])
         const fromDefault = yield* call("POST", "/v1/send-mail", {

@@ -61,7 +61,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })(
           expect(result.valid).toBe(true)
           // Operations name their error responses; the built-in decode error is replaced by ours.
           const account = r.body.paths["/v1/account"].get
-          expect(Object.keys(account.responses).sort()).toEqual(["200", "400", "401", "404", "429", "500", "503"])
+          expect(Object.keys(account.responses).sort()).toEqual(["200", "400", "401", "403", "404", "429", "500", "503"])
           expect(account.security).toEqual([{ bearer: [] }])
           expect(JSON.stringify(r.body)).not.toContain("HttpApiDecodeError")
           expect(r.body.components.schemas.NotFoundError.properties.error.properties.code.enum).toEqual(["not_found"])

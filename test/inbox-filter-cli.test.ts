@@ -10,7 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
-import { type CliEnv, runCli } from "./support/cli.js"
+import { type CliEnv, type CliResult, runCli } from "./support/cli.js"
 import { TestServer, testService } from "./support/harness.js"
 import { call } from "./support/http.js"
 
@@ -63,7 +63,7 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("--inbox-id in the CLI"
       })
       expect(sentDefault.status, sentDefault.text).toBe(201)
 
-      const subjects = (r: { code: number; stdout: string; stderr: string }, pick: (d: any) => Array<{ subject: string }>) => {
+      const subjects = (r: CliResult, pick: (d: any) => Array<{ subject: string }>) => {
         expect(r.code, r.stderr).toBe(0)
         return pick(json(r.stdout)).map((e) => e.subject).sort()
       }

@@ -138,7 +138,8 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("inbound quota", (it
         spamThreshold: null,
         filters: [],
         resolution: { orgId, domainId: null, via: "fallback", routeId: null, endpoint: to },
-        wake: null
+        wake: null,
+        inboxId: null
       })
       const kept = distinctRecipients([
         recipient("a@x.test", "o1", endpoint("e1")),

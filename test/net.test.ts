@@ -86,7 +86,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("net", (it) => {
       expect(Buffer.byteLength(cut.value)).toBeLessThanOrEqual(256 * 1024)
       expect(cut.value.endsWith("é")).toBe(true)
       const base = {
-        id: "00000000-0000-4000-8000-000000000001", thread_id: "00000000-0000-7000-8000-000000000001", message_id: "<m@x>", from: "a@b.c", to: ["x@y.z"],
+        id: "00000000-0000-4000-8000-000000000001", thread_id: "00000000-0000-7000-8000-000000000001", inbox_id: null, message_id: "<m@x>", from: "a@b.c", to: ["x@y.z"],
         recipient: "x@y.z", subject: "s", date: null, in_reply_to: null, references: [], extracted_text: null, headers: {}, size_bytes: 1,
         spam_score: null, auth: { spf: "pass", dkim: "none", dmarc: "none" }, auto_submitted: false,
         trust: { sender_authenticated: false, sender_known: false, registry_verified: false, auto_submitted: false, signals: [] }, attachments: [], raw_url: "r", attachments_url: "a"

@@ -1,7 +1,7 @@
 /**
  * Registry-verified senders end to end: mail over real SMTP whose From is a published entry's
  * address, authenticated (or not) against records in a test DNS server, delivered to a real webhook
- * receiver; the payload's `email.sender`, and sender filters of type `registry`.
+ * receiver; the payload's `email.sender` and `trust.registry_verified`, and sender filters of type `registry`.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
@@ -149,6 +149,35 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("registry-verified s
         const otherEvent = yield* eventOf(hooks, "/ok", other)
         expect(otherEvent.email.auth.dmarc).toBe("pass")
         expect(otherEvent.email).not.toHaveProperty("sender")
+      })))
+
+    it.effect("trust.registry_verified: true for a verified entry's mail (payload and API), false when unproven or unpublished", () =>
+      Effect.scoped(Effect.gen(function*() {
+        const hooks = yield* startHooks
+        const publisher = yield* newOrg()
+        const passing = yield* verifiedDomain(publisher.token, { spf: SPF_LOCAL, dmarc: DMARC_REJECT })
+        const failing = yield* verifiedDomain(publisher.token, { spf: "v=spf1 -all", dmarc: DMARC_REJECT })
+        const registry = yield* createRegistry(publisher.token)
+        yield* publish(publisher.token, registry, "billing", `billing@${passing}`)
+        yield* publish(publisher.token, registry, "support", `support@${failing}`)
+        const to = yield* receiver(hooks, "/trust")
+        const trustOf = (id: string) =>
+          Effect.gen(function*() {
+            const event = yield* eventOf(hooks, "/trust", id)
+            const stored = yield* call("GET", `/v1/emails/${id}`, { token: to.token })
+            expect(stored.status, stored.text).toBe(200)
+            expect(stored.body.data.trust).toEqual(event.email.trust)
+            return event.email.trust as Record<string, unknown>
+          })
+
+        const verified = yield* send({ from: `billing@${passing}`, to: to.inbox, subject: "Invoice", text: "pay" })
+        expect(yield* trustOf(verified)).toMatchObject({ sender_authenticated: true, registry_verified: true })
+        // Published, but DMARC fails: not proven, so not verified.
+        const spoofed = yield* send({ from: `support@${failing}`, to: to.inbox, subject: "Spoof?", text: "x" })
+        expect(yield* trustOf(spoofed)).toMatchObject({ sender_authenticated: false, registry_verified: false })
+        // Proven, but no entry has this address.
+        const unpublished = yield* send({ from: `ceo@${passing}`, to: to.inbox, subject: "Hi", text: "x" })
+        expect(yield* trustOf(unpublished)).toMatchObject({ sender_authenticated: true, registry_verified: false })
       })))
 
     it.effect("DKIM aligned with the From domain verifies without DMARC; an unaligned signature does not", () =>

@@ -578,9 +578,10 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("resources", (it) =>
         expect(got.headers["mailroom-event-id"]).toBe(payload.id)
         expect(Object.keys(payload.email).sort()).toEqual([
           "attachments", "attachments_url", "auth", "auto_submitted", "content_truncated", "date", "extracted_text", "from", "headers", "html", "id", "in_reply_to",
-          "message_id", "raw_url", "recipient", "references", "size_bytes", "spam_score", "subject", "text", "thread_id", "to", "trust"
+          "inbox_id", "message_id", "raw_url", "recipient", "references", "size_bytes", "spam_score", "subject", "text", "thread_id", "to", "trust"
         ])
         expect(payload.email.recipient).toBe(inbox)
+        expect(payload.email.inbox_id).toBeNull()
         expect(payload.email.auth).toEqual({ spf: "none", dkim: "none", dmarc: "none" })
 
         // After a rotation the test is signed with the new secret, and with the old one during its grace period.

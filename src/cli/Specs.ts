@@ -418,7 +418,8 @@ export const emailsList = leaf({
     status: choice("status", ["accepted", "rejected", "quarantined"], "only accepted, rejected or quarantined mail"),
     includeWake: flag("include-wake", "also list wake firings (event type wake.command), left out by default"),
     label: text("label", "LABEL", "only mail with this label"),
-    unread: flag("unread", "only mail not marked read")
+    unread: flag("unread", "only mail not marked read"),
+    inboxId: uuid("inbox-id", "only mail that reached this inbox (mailroom inboxes list)", { field: "inbox_id" })
   },
   args: {},
   examples: [
@@ -1102,7 +1103,8 @@ export const threadsList = leaf({
     from: text("from", "DATE", "last activity at or after this time (ISO 8601)"),
     to: text("to", "DATE", "last activity at or before this time (ISO 8601)"),
     participant: text("participant", "ADDRESS", "only threads with a message from, to or cc this address"),
-    includeWake: flag("include-wake", "also count wake firings, and list threads made only of them (left out by default)")
+    includeWake: flag("include-wake", "also count wake firings, and list threads made only of them (left out by default)"),
+    inboxId: uuid("inbox-id", "only threads with mail received at or sent from this inbox", { field: "inbox_id" })
   },
   args: {},
   examples: ["mailroom threads list", "mailroom threads list --participant ada@example.com --json", "mailroom threads list --include-wake"]
@@ -1130,7 +1132,8 @@ export const search = leaf({
     to: text("to", "ADDRESS", "only mail to (or cc) this address"),
     dateFrom: text("date-from", "DATE", "on or after this time (ISO 8601)"),
     dateTo: text("date-to", "DATE", "on or before this time (ISO 8601)"),
-    thread: uuid("thread", "only this thread's messages", { field: "thread_id" })
+    thread: uuid("thread", "only this thread's messages", { field: "thread_id" }),
+    inboxId: uuid("inbox-id", "only mail received at or sent from this inbox", { field: "inbox_id" })
   },
   args: { query: textArg("query", "what to look for, 1 to 500 characters") },
   examples: [
@@ -1252,7 +1255,8 @@ export const sentList = leaf({
     status: choice("status", ["scheduled", "sending", "sent", "failed", "canceled", "bounced", "complained"], "only emails in this state"),
     to: text("to", "ADDRESS", "only emails with this recipient (to, cc or bcc)"),
     dateFrom: text("date-from", "DATE", "created at or after this time (ISO 8601)"),
-    dateTo: text("date-to", "DATE", "created at or before this time (ISO 8601)")
+    dateTo: text("date-to", "DATE", "created at or before this time (ISO 8601)"),
+    inboxId: uuid("inbox-id", "only emails sent from this inbox", { field: "inbox_id" })
   },
   args: {},
   examples: ["mailroom sent list --status scheduled", "mailroom sent list --to ada@example.com --all --json"]

@@ -114,6 +114,7 @@ export const OnEmailStoredLive = Layer.effect(
           email: {
             id: email.id,
             thread_id: email.threadId,
+            inbox_id: email.recipient.inboxId,
             message_id: p.messageId,
             from: p.from ? (p.from.name ? `${p.from.name} <${p.from.address}>` : p.from.address) : (message.envelopeFrom ?? ""),
             ...senderField(senders),

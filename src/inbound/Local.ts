@@ -8,13 +8,17 @@
  * A local recipient is refused as the SMTP listener would refuse it, and the send path reports it
  * like a relay refusing that recipient: no such mailbox at one of our domains `550 5.1.1`, a wake
  * address whose allowlist does not name the sender `550 5.7.1`, no room `452 4.2.2`, spam above the
- * recipient's threshold `550 5.7.1`, a database failure `451 4.3.0` (nothing stored).
+ * recipient's threshold `550 5.7.1`, a database failure `451 4.3.0` (nothing stored). The receiving
+ * organizations' attachment policies apply as over SMTP: `reject` refuses that organization's
+ * recipients with `552 5.3.4` (over SMTP the whole message is refused at DATA; here each recipient
+ * has its own answer, so other organizations still get it), `quarantine` stores its copies held back.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Layer, Option } from "effect"
+import { Effect, Either, Layer, Option } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { AppConfig } from "../platform/Config.js"
 import { LocalDelivery, type LocalMessage, type LocalOutcome, type LocalReceiver, type LocalRefusal } from "../sending/LocalDelivery.js"
+import { type AttachmentPolicy, policiesOf, policyBreach } from "../trust/AttachmentPolicy.js"
 import { mayCommand } from "../wake/Message.js"
 import type { Analysis } from "./Analyze.js"
 import { makeAnalyzePool } from "./AnalyzePool.js"
@@ -110,10 +114,10 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
         if ("code" in r) refused.push({ address, ...r })
         else accepted.push({ address, recipient: r })
       }
-      const refuseAll = (code: number, response: string): LocalOutcome => ({
+      const refuseAll = (code: number, response: string, those = accepted): LocalOutcome => ({
         stored: [],
         delivered: [],
-        refused: [...refused, ...accepted.map(({ address }) => ({ address, code, response }))]
+        refused: [...refused, ...those.map(({ address }) => ({ address, code, response }))]
       })
       if (accepted.length === 0) return { stored: [], delivered: [], refused }
       const rcpts = accepted.map((a) => a.recipient)
@@ -124,14 +128,40 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
       if (checked._tag === "NoCommand") return refuseAll(554, `5.6.0 A wake address takes a command: ${checked.problem}`)
       if (checked._tag === "Refused") return refuseAll(550, checked.reason)
       const analysis = localAuthentication(yield* Effect.promise(() => pool.analyze(message.raw, null)), message)
+      // Attachment policies of the organizations reached (a wake address takes commands, not mail).
+      const orgIds = [...new Set(accepted.filter((a) => a.recipient.wake === null).map((a) => a.recipient.orgId))]
+      const looked = orgIds.length === 0
+        ? Either.right(new Map<string, AttachmentPolicy>())
+        : yield* policiesOf(orgIds).pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.either)
+      if (Either.isLeft(looked)) return refuseAll(451, "4.3.0 Temporary lookup failure, try again later")
+      const policies = looked.right
+      const policyQuarantine: Array<string> = []
+      const rejecting = new Map<string, string>()
+      for (const [orgId, policy] of policies) {
+        const breach = policyBreach(policy, analysis.parsed.attachments)
+        if (breach === undefined) continue
+        // The reason may quote a filename the sender chose: no control character reaches the reply.
+        if (policy.action === "reject") rejecting.set(orgId, breach.replace(/[\u0000-\u001f\u007f]/g, "_"))
+        else policyQuarantine.push(orgId)
+      }
+      for (const a of accepted.filter((a) => a.recipient.wake === null && rejecting.has(a.recipient.orgId))) {
+        refused.push({
+          address: a.address,
+          code: 552,
+          response: `5.3.4 Message refused by the recipient's attachment policy: ${rejecting.get(a.recipient.orgId)}`
+        })
+      }
+      const admitted = accepted.filter((a) => a.recipient.wake !== null || !rejecting.has(a.recipient.orgId))
+      if (admitted.length === 0) return { stored: [], delivered: [], refused }
       const stored = yield* store.store({
         raw: message.raw,
         envelopeFrom: message.envelope.from,
         clientAddress: null,
         helo: null,
         ...analysis,
-        command: checked.command
-      }, rcpts).pipe(
+        command: checked.command,
+        policyQuarantine
+      }, admitted.map((a) => a.recipient)).pipe(
         Effect.provideService(OnEmailStored, onStored),
         Effect.provideService(MoreOnEmailStored, moreOnStored),
         Effect.map((copies) => ({ _tag: "Stored", copies } as const)),
@@ -141,13 +171,13 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
         )
       )
       if (stored._tag === "Full") {
-        return refuseAll(452, "4.2.2 Mailbox full: the message exceeds the recipient's storage quota, try again later")
+        return refuseAll(452, "4.2.2 Mailbox full: the message exceeds the recipient's storage quota, try again later", admitted)
       }
-      if (stored._tag === "Failed") return refuseAll(451, "4.3.0 Temporary failure storing the message, try again later")
+      if (stored._tag === "Failed") return refuseAll(451, "4.3.0 Temporary failure storing the message, try again later", admitted)
       // Several addresses may share one copy (copyKey): each gets its copy's fate.
       const statusOf = new Map(stored.copies.map((c) => [copyKey(c.recipient), c.status]))
       const delivered: Array<string> = []
-      for (const { address, recipient } of accepted) {
+      for (const { address, recipient } of admitted) {
         if (statusOf.get(copyKey(recipient)) === "rejected") {
           refused.push({ address, code: 550, response: "5.7.1 Message rejected as spam" })
         } else delivered.push(address)

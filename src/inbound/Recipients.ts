@@ -18,6 +18,8 @@ export interface Recipient {
   readonly resolution: Resolution
   /** Set for a function's wake address: mail to it carries a command for that function. */
   readonly wake: WakeTarget | null
+  /** The inbox the address belongs to (managed domain); null at a domain or a wake address. */
+  readonly inboxId: string | null
 }
 
 export const normalizeAddress = (address: string) => address.trim().toLowerCase()
@@ -52,7 +54,8 @@ export class Recipients extends Effect.Service<Recipients>()("mailroom/Recipient
           spamThreshold: f.spamThreshold,
           filters: f.filters,
           resolution: f.resolution,
-          wake: f.wake
+          wake: f.wake,
+          inboxId: f.inboxId
         }))),
         Effect.withSpan("Recipients.lookup")
       )

@@ -36,6 +36,8 @@ export interface RecipientFacts {
   readonly filters: ReadonlyArray<FilterLike>
   /** A function's wake address (`fn-<id>@<managed domain>`): the function and who may mail commands. */
   readonly wake: WakeTarget | null
+  /** The inbox (managed domain) the address belongs to, or its `+tag` base; null at a domain or a wake address. */
+  readonly inboxId: string | null
 }
 
 export interface WakeTarget {
@@ -66,6 +68,7 @@ interface OwnerRow {
   readonly fallback: EndpointJson | null
   readonly wake_function: string | null
   readonly wake_allowlist: ReadonlyArray<string> | null
+  readonly inbox_id: string | null
 }
 
 const endpointOf = (e: EndpointJson): EndpointRow => ({
@@ -110,12 +113,12 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
         SELECT i.ord, x.*
           FROM json_to_recordset(${input}::json) AS i(ord int, address text, base text, domain text, wake uuid)
           CROSS JOIN LATERAL (
-            (SELECT o.id AS org_id, NULL::uuid AS domain_id, o.spam_threshold AS threshold, ${candidates(sql`o.id`, sql`NULL::uuid`)}, ${noWake}
+            (SELECT o.id AS org_id, NULL::uuid AS domain_id, o.spam_threshold AS threshold, ${candidates(sql`o.id`, sql`NULL::uuid`)}, ${noWake}, ib.id AS inbox_id
                FROM inboxes ib JOIN organizations o ON o.id = ib.org_id
               WHERE i.domain = ${managed} AND i.wake IS NULL AND ib.address IN (i.address, i.base)
               LIMIT 1)
             UNION ALL
-            (SELECT d.org_id, d.id, coalesce(d.spam_threshold, o.spam_threshold), ${candidates(sql`d.org_id`, sql`d.id`)}, ${noWake}
+            (SELECT d.org_id, d.id, coalesce(d.spam_threshold, o.spam_threshold), ${candidates(sql`d.org_id`, sql`d.id`)}, ${noWake}, NULL::uuid AS inbox_id
                FROM domains d JOIN organizations o ON o.id = d.org_id
               WHERE i.domain <> ${managed} AND d.domain = i.domain AND d.verified_at IS NOT NULL AND d.is_active)
             UNION ALL
@@ -123,7 +126,7 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
             (SELECT f.org_id, NULL::uuid, NULL::numeric, '[]'::json, '[]'::json, NULL::json,
                     (SELECT to_json(e) FROM endpoints e WHERE e.org_id = f.org_id AND e.function_id = f.id
                         AND e.deactivated_at IS NULL AND e.enabled LIMIT 1),
-                    f.id, coalesce((SELECT a.senders FROM function_wake_allowlists a WHERE a.function_id = f.id), '[]'::jsonb)::json
+                    f.id, coalesce((SELECT a.senders FROM function_wake_allowlists a WHERE a.function_id = f.id), '[]'::jsonb)::json, NULL::uuid
                FROM functions f
               WHERE i.wake IS NOT NULL AND f.id = i.wake)
           ) x`
@@ -135,7 +138,8 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
         resolution,
         spamThreshold: row.threshold === null ? null : Number(row.threshold),
         filters: row.filters,
-        wake: row.wake_function === null ? null : { functionId: row.wake_function, allowlist: row.wake_allowlist ?? [] }
+        wake: row.wake_function === null ? null : { functionId: row.wake_function, allowlist: row.wake_allowlist ?? [] },
+        inboxId: row.inbox_id
       })
       if (row.wake_function !== null) {
         return facts({

@@ -35,15 +35,18 @@ export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mail
         const parsed = yield* Effect.promise(() => parseEmail(raw))
         // Routed as it would be now; an address no longer served still gets its event-log entry.
         const found = yield* recipients.lookup(row.recipient)
-        const recipient: Recipient = Option.getOrElse(found, () => ({
+        const served: Recipient = Option.getOrElse(found, () => ({
           address: row.recipient,
           orgId,
           domainId: row.domain_id,
           spamThreshold: null,
           filters: [],
           resolution: { orgId, domainId: row.domain_id, via: "none" as const, routeId: null, endpoint: Option.none() },
-          wake: null
+          wake: null,
+          inboxId: null
         }))
+        // The inbox it reached when it arrived (kept, or null once that inbox was deleted).
+        const recipient: Recipient = { ...served, inboxId: row.inbox_id }
         const trust = row.trust ?? UNKNOWN_TRUST
         const message: InboundMessage = {
           raw,

@@ -29,6 +29,7 @@ export const RegistrySenderSchema = Schema.Struct({
 export const EmailPayloadSchema = Schema.Struct({
   id: Schema.String.annotations({ description: "the email's id (GET /v1/emails/{id})" }),
   thread_id: Schema.String.annotations({ description: "the conversation it belongs to (GET /v1/threads/{id})" }),
+  inbox_id: Schema.NullOr(Schema.String).annotations({ description: "the inbox (GET /v1/inboxes/{id}) it reached; null for a domain address" }),
   message_id: Schema.NullOr(Schema.String),
   from: Schema.String.annotations({ description: "`Name <address>` or the address" }),
   sender: Schema.optionalWith(Schema.Union(RegistrySenderSchema, Schema.Array(RegistrySenderSchema)), { exact: true }).annotations({

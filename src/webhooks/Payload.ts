@@ -34,6 +34,8 @@ export interface EmailPayload {
   readonly id: string
   /** The conversation the email belongs to (see Threads). */
   readonly thread_id: string
+  /** The inbox (GET /inboxes) the email reached; null for a domain address. */
+  readonly inbox_id: string | null
   readonly message_id: string | null
   readonly from: string
   /** Present only when the From address is verified as published registry entries: one object, or a list when several. */
@@ -150,6 +152,7 @@ export const syntheticEmailReceived = (input: {
     email: {
       id: emailId,
       thread_id: "00000000-0000-7000-8000-000000000000",
+      inbox_id: null,
       message_id: `<test-${randomToken(12)}@mailroom.test>`,
       from: "Mailroom Test <test@mailroom.test>",
       to: [input.recipient],

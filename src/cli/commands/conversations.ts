@@ -45,7 +45,8 @@ export const threadsList: Handler<typeof S.threadsList> = (o) =>
       ...opt("participant", o.participant),
       ...opt("date_from", from),
       ...opt("date_to", to),
-      ...(o.includeWake ? { include: "wake" as const } : {})
+      ...(o.includeWake ? { include: "wake" as const } : {}),
+      ...opt("inbox_id", o.inboxId)
     }
     const page = yield* fetchPages(o, (cursor) => client.threads.list({ urlParams: { ...filters, ...pageParams(o.limit, cursor) } }))
     yield* showList(target.json, page, threadColumns)
@@ -81,7 +82,8 @@ export const search: Handler<typeof S.search> = (o) =>
         ...opt("to", o.to),
         ...opt("date_from", dateFrom),
         ...opt("date_to", dateTo),
-        ...opt("thread_id", o.thread)
+        ...opt("thread_id", o.thread),
+        ...opt("inbox_id", o.inboxId)
       }
     })
     yield* showResults(target.json, answer)

@@ -51,7 +51,8 @@ export const emailsList: Handler<typeof S.emailsList> = (o) =>
       ...opt("date_to", to),
       ...(o.includeWake ? { include: "wake" as const } : {}),
       ...opt("label", o.label),
-      ...(o.unread ? { unread: true } : {})
+      ...(o.unread ? { unread: true } : {}),
+      ...opt("inbox_id", o.inboxId)
     }
     const page = yield* fetchPages(o, (cursor) => client.emails.list({ urlParams: { ...filters, ...pageParams(o.limit, cursor) } }))
     yield* showList(target.json, page, emailColumns)

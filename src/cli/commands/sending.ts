@@ -205,7 +205,7 @@ export const sentList: Handler<typeof S.sentList> = (o) =>
     const { client, target } = yield* authedClient
     const dateFrom = yield* parseDate("date-from", o.dateFrom)
     const dateTo = yield* parseDate("date-to", o.dateTo)
-    const filters = { ...opt("status", o.status), ...opt("to", o.to), ...opt("date_from", dateFrom), ...opt("date_to", dateTo) }
+    const filters = { ...opt("status", o.status), ...opt("to", o.to), ...opt("date_from", dateFrom), ...opt("date_to", dateTo), ...opt("inbox_id", o.inboxId) }
     const page = yield* fetchPages(o, (cursor) => client.sending.list({ urlParams: { ...filters, ...pageParams(o.limit, cursor) } }))
     yield* showList(target.json, page, sentColumns)
   })

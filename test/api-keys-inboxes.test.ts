@@ -155,6 +155,20 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("api keys limited to
         expect(inboxes.body.meta.total).toBe(1)
         expectError(yield* call("GET", `/v1/inboxes/${b.id}`, { token: key }), 404, "not_found")
         expect((yield* call("GET", "/v1/inboxes", { token: org.token })).body.meta.total).toBe(3)
+        // Waiting for mail sees A's only; the whole organization's event stream and listen sessions are refused.
+        const since = new Date(Date.now() - 3_600_000).toISOString()
+        const waited = yield* call("GET", `/v1/emails/wait?after=${since}&timeout_seconds=0`, { token: key })
+        expect(waited.status).toBe(200)
+        expect(waited.body.data.id).toBe(mailA.id)
+        const notB = yield* call("GET", `/v1/emails/wait?after=${since}&timeout_seconds=0&recipient=${b.address}`, { token: key })
+        expect(notB.body.data).toBeNull()
+        const stream = yield* call("GET", "/v1/events", { token: key, headers: { accept: "text/event-stream" } })
+        expectError(stream, 403, "forbidden")
+        expect(stream.body.error.details.inbox_ids).toEqual([a.id])
+        expectError(yield* call("POST", "/v1/listen/sessions", { token: key, body: {} }), 403, "forbidden")
+        const session = (yield* call("POST", "/v1/listen/sessions", { token: org.token, body: {} })).body.data.id
+        expectError(yield* call("GET", `/v1/listen/sessions/${session}/events?wait=0`, { token: key }), 403, "forbidden")
+
         // The organization's own key is not limited.
         expect((yield* call("GET", `/v1/emails/${mailB.id}`, { token: org.token })).status).toBe(200)
       }))

@@ -5,6 +5,8 @@
  * is the whole organization).
  */
 import type { SqlClient, Statement } from "@effect/sql"
+import { Effect } from "effect"
+import { Forbidden } from "../contract/Errors.js"
 import type { Principal } from "../contract/Security.js"
 
 export type OrgScope = string | Pick<Principal, "orgId" | "inboxIds">
@@ -31,3 +33,19 @@ export const inboxCondition = (sql: SqlClient.SqlClient, s: OrgScope, column: st
   if (ids.length === 0) return sql`false`
   return sql`${sql.literal(column)} IN ${sql.in(ids)}`
 }
+
+/**
+ * 403 for a key limited to inboxes on what shows the whole organization's events (the event
+ * stream, listen sessions): their events are not all tied to an inbox, so none could be shown
+ * safely by inbox yet.
+ */
+export const requireWholeOrganization = (s: OrgScope, what: string): Effect.Effect<void, Forbidden> =>
+  inboxesOf(s) === undefined
+    ? Effect.void
+    : Effect.fail(
+      new Forbidden({
+        message: `${what} shows every inbox's events: a key limited to inboxes cannot read it ` +
+          "(use GET /v1/emails/wait, or a key without inbox_ids)",
+        details: { inbox_ids: inboxesOf(s) ?? [] }
+      })
+    )

@@ -25,7 +25,10 @@ export const CreateApiKey = strict(Schema.Struct({
   scopes: Schema.Array(ScopeSchema).pipe(Schema.minItems(1), Schema.maxItems(SCOPES.length)).annotations({
     description: `one or more of ${SCOPES.join(", ")}; admin is everything`
   }),
-  inbox_ids: Schema.optionalWith(Schema.Array(Uuid).pipe(Schema.maxItems(100)), { exact: true })
+  inbox_ids: Schema.optionalWith(Schema.Array(Uuid).pipe(Schema.maxItems(100)), { exact: true }).annotations({
+    description: "limit the key to these inboxes of the organization (GET /inboxes): it sees their mail only and sends only " +
+      "as them, the first being its default from; absent or empty: every inbox (a limited maker's key inherits its limit)"
+  })
 })).annotations({ identifier: "CreateApiKey" })
 
 export class ApiKeysApi extends HttpApiGroup.make("apiKeys")

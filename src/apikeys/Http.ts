@@ -4,7 +4,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Forbidden, NotFound, ValidationError } from "../contract/Errors.js"
-import { CurrentPrincipal, hasScope, type Scope } from "../contract/Security.js"
+import { CurrentPrincipal, hasScope, type Principal, type Scope } from "../contract/Security.js"
 import { Credentials } from "../platform/Credentials.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { displayPrefix, newApiKey, sha256Hex } from "../platform/Secrets.js"
@@ -36,6 +36,33 @@ export const ApiKeysHttpLive = HttpApiBuilder.group(MailroomApi, "apiKeys", (han
     const credentials = yield* Credentials
     const columns = sql.unsafe(COLUMNS)
 
+    /**
+     * The inboxes a new key is limited to: each one of the organization's (400 otherwise), and
+     * never wider than its maker's own limit (a limited maker's key inherits the limit when it
+     * names none). An empty list is no limit, as before inboxes had ids.
+     */
+    const keyInboxes = (principal: Principal, requested: ReadonlyArray<string> | undefined) =>
+      Effect.gen(function*() {
+        const makers = principal.inboxIds ?? null
+        if (requested === undefined || requested.length === 0) return makers
+        const ids = [...new Set(requested.map((id) => id.toLowerCase()))]
+        const rows = yield* sql<{ id: string }>`
+          SELECT id FROM inboxes WHERE org_id = ${principal.orgId} AND id IN ${sql.in(ids)}`.pipe(Effect.orDie)
+        const unknown = ids.filter((id) => !rows.some((r) => r.id === id))
+        if (unknown.length > 0) {
+          const reason = `no inbox of this organization has the id ${unknown.join(", ")}`
+          return yield* new ValidationError({ message: `inbox_ids: ${reason}`, details: { issues: [{ field: "inbox_ids", reason }] } })
+        }
+        const outside = makers === null ? [] : ids.filter((id) => !makers.includes(id))
+        if (outside.length > 0) {
+          return yield* new Forbidden({
+            message: `a key cannot be given inboxes its maker is not limited to: ${outside.join(", ")}`,
+            details: { inbox_ids: makers ?? [], outside }
+          })
+        }
+        return ids
+      })
+
     return handlers
       .handle("create", ({ payload }) =>
         Effect.gen(function*() {
@@ -48,18 +75,14 @@ export const ApiKeysHttpLive = HttpApiBuilder.group(MailroomApi, "apiKeys", (han
               details: { missing_scope: wider[0]!, scopes: principal.scopes ?? ["admin"] }
             })
           }
-          // The organization's one inbox (the managed inbox) has no id yet: no id can name an
-          // inbox of this organization until inboxes are resources of their own.
-          if (payload.inbox_ids !== undefined && payload.inbox_ids.length > 0) {
-            const reason = `no inbox of this organization has the id ${payload.inbox_ids[0]}`
-            return yield* new ValidationError({ message: `inbox_ids: ${reason}`, details: { issues: [{ field: "inbox_ids", reason }] } })
-          }
+          const inboxIds = yield* keyInboxes(principal, payload.inbox_ids)
           const scopes = [...new Set(payload.scopes)]
           const secret = newApiKey()
           const rows = yield* sql<KeyRow>`
             INSERT INTO api_keys (org_id, created_by, name, key_hash, key_prefix, scopes, inbox_ids)
             VALUES (${principal.orgId}, ${principal.userId}, ${payload.name}, ${sha256Hex(secret)}, ${displayPrefix(secret)},
-                    string_to_array(${scopes.join(" ")}, ' '), NULL)
+                    string_to_array(${scopes.join(" ")}, ' '),
+                    string_to_array(${inboxIds === null ? null : inboxIds.join(" ")}::text, ' ')::uuid[])
             RETURNING ${columns}`.pipe(Effect.orDie)
           // A credential: never cached, never replayed under a derived idempotency key.
           yield* noStore

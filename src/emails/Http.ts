@@ -19,6 +19,7 @@ import { bearerToken, wwwAuthenticate } from "../platform/Authentication.js"
 import { AppConfig } from "../platform/Config.js"
 import { Credentials } from "../platform/Credentials.js"
 import { setHeader } from "../platform/HttpHeaders.js"
+import { inboxesOf } from "../platform/InboxLimit.js"
 import type { Email, EmailSummary } from "./Api.js"
 import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
 import { type EmailRow, EmailsRepo, type SummaryRow } from "./Repo.js"
@@ -107,10 +108,10 @@ export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handl
     return handlers
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
-          const { orgId } = yield* CurrentPrincipal
+          const principal = yield* CurrentPrincipal
           const limit = urlParams.limit ?? DEFAULT_PAGE_SIZE
           const after = yield* decodeCursor(urlParams.cursor)
-          const page = yield* repo.list(orgId, {
+          const page = yield* repo.list(principal, {
             limit,
             after: Option.fromNullable(after),
             ...(urlParams.recipient !== undefined ? { recipient: urlParams.recipient } : {}),
@@ -136,20 +137,20 @@ export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handl
         }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {
-          const { orgId } = yield* CurrentPrincipal
-          const row = yield* Effect.flatten(repo.find(orgId, path.id)).pipe(Effect.mapError(() => notFound))
+          const principal = yield* CurrentPrincipal
+          const row = yield* Effect.flatten(repo.find(principal, path.id)).pipe(Effect.mapError(() => notFound))
           return yield* toEmail(config.publicBaseUrl, row).pipe(Effect.provideService(DownloadTokens, tokens))
         }))
       .handle("update", ({ path, payload }) =>
         Effect.gen(function*() {
-          const { orgId } = yield* CurrentPrincipal
-          const row = yield* Effect.flatten(repo.update(orgId, path.id, payload)).pipe(Effect.mapError(() => notFound))
+          const principal = yield* CurrentPrincipal
+          const row = yield* Effect.flatten(repo.update(principal, path.id, payload)).pipe(Effect.mapError(() => notFound))
           return yield* toEmail(config.publicBaseUrl, row).pipe(Effect.provideService(DownloadTokens, tokens))
         }))
       .handle("delete", ({ path }) =>
         Effect.gen(function*() {
-          const { orgId } = yield* CurrentPrincipal
-          const row = yield* Effect.flatten(repo.remove(orgId, path.id)).pipe(Effect.mapError(() => notFound))
+          const principal = yield* CurrentPrincipal
+          const row = yield* Effect.flatten(repo.remove(principal, path.id)).pipe(Effect.mapError(() => notFound))
           return toSummary(row)
         }))
   })).pipe(Layer.provide(EmailsRepo.Default))
@@ -220,7 +221,11 @@ export const DownloadsHttpLive = HttpApiBuilder.group(MailroomApi, "downloads", 
             yield* setHeader("www-authenticate", challenge)
             return yield* new Unauthorized({ message: "pass the signed token of a download URL or a bearer credential" })
           }
-          if (Option.isNone(found) || found.value.org_id !== principal.value.orgId) {
+          const limit = inboxesOf(principal.value)
+          if (
+            Option.isNone(found) || found.value.org_id !== principal.value.orgId ||
+            (limit !== undefined && (found.value.inbox_id === null || !limit.includes(found.value.inbox_id)))
+          ) {
             return yield* new NotFound({ message: "email not found" })
           }
         }

@@ -2,6 +2,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import type { ParsedAttachment } from "../inbound/Parse.js"
+import { type OrgScope, orgOf, scoped } from "../platform/InboxLimit.js"
 import { deletionEndsWatches } from "../wake/Repo.js"
 import { WAKE_EVENT_TYPE } from "./Api.js"
 import type { Trust } from "../trust/Trust.js"
@@ -73,8 +74,8 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const filters = (orgId: string, q: EmailListQuery) => {
-      const conds = [sql`org_id = ${orgId}`]
+    const filters = (scope: OrgScope, q: EmailListQuery) => {
+      const conds = [scoped(sql, scope)]
       if (q.recipient !== undefined) conds.push(sql`recipient = ${q.recipient.toLowerCase()}`)
       if (q.sender !== undefined) conds.push(sql`(from_address = ${q.sender.toLowerCase()} OR envelope_from = ${q.sender.toLowerCase()})`)
       if (q.eventType !== undefined) conds.push(sql`event_type = ${q.eventType}`)
@@ -88,9 +89,9 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
       return conds
     }
 
-    const list = (orgId: string, q: EmailListQuery) =>
+    const list = (scope: OrgScope, q: EmailListQuery) =>
       Effect.gen(function*() {
-        const conds = filters(orgId, q)
+        const conds = filters(scope, q)
         const page = Option.match(q.after, {
           onNone: () => conds,
           onSome: (c) => [...conds, sql`(received_at, id) < (${c.createdAt}, ${c.id})`]
@@ -109,35 +110,35 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
         return { rows: listed.slice(0, q.limit), more: listed.length > q.limit, total: rows[0]?.page_total ?? 0 }
       }).pipe(Effect.orDie)
 
-    const find = (orgId: string, id: string) =>
+    const find = (scope: OrgScope, id: string) =>
       sql<EmailWithContent>`
         SELECT e.*, c.text_body, c.html_body, c.extracted_text FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
-        WHERE e.id = ${id} AND e.org_id = ${orgId}`.pipe(Effect.map((r) => Option.fromNullable(r[0])), Effect.orDie)
+        WHERE e.id = ${id} AND ${scoped(sql, scope, "e")}`.pipe(Effect.map((r) => Option.fromNullable(r[0])), Effect.orDie)
 
     /** Sets the labels (sorted, without duplicates) and/or the read state; none when the email is not the organization's. */
-    const update = (orgId: string, id: string, change: { readonly labels?: ReadonlyArray<string>; readonly read?: boolean }) => {
+    const update = (scope: OrgScope, id: string, change: { readonly labels?: ReadonlyArray<string>; readonly read?: boolean }) => {
       const labels = change.labels === undefined ? null : JSON.stringify([...new Set(change.labels)].sort())
       return sql<{ id: string }>`
         UPDATE emails SET labels = coalesce(${labels}::jsonb, labels), read = coalesce(${change.read ?? null}::boolean, read)
-        WHERE id = ${id} AND org_id = ${orgId} RETURNING id`.pipe(
-        Effect.flatMap((rows) => (rows.length === 0 ? Effect.succeedNone : find(orgId, id))),
+        WHERE id = ${id} AND ${scoped(sql, scope)} RETURNING id`.pipe(
+        Effect.flatMap((rows) => (rows.length === 0 ? Effect.succeedNone : find(scope, id))),
         Effect.orDie
       )
     }
 
     /** Deletes the email; when it was its thread's last message, the thread's watches end with it. */
-    const remove = (orgId: string, id: string) =>
+    const remove = (scope: OrgScope, id: string) =>
       Effect.gen(function*() {
-        const rows = yield* sql<EmailRow>`DELETE FROM emails WHERE id = ${id} AND org_id = ${orgId} RETURNING *`
+        const rows = yield* sql<EmailRow>`DELETE FROM emails WHERE id = ${id} AND ${scoped(sql, scope)} RETURNING *`
         const row = rows[0]
-        if (row !== undefined) yield* deletionEndsWatches(sql, orgId, row.thread_id)
+        if (row !== undefined) yield* deletionEndsWatches(sql, orgOf(scope), row.thread_id)
         return Option.fromNullable(row)
       }).pipe(sql.withTransaction, Effect.orDie)
 
     /** The raw bytes and owner of an email (owner checked by the caller: token or bearer). */
     const raw = (id: string) =>
-      sql<{ org_id: string; raw: Uint8Array | null; discarded: boolean }>`
-        SELECT e.org_id, c.raw, e.content_discarded_at IS NOT NULL AS discarded
+      sql<{ org_id: string; inbox_id: string | null; raw: Uint8Array | null; discarded: boolean }>`
+        SELECT e.org_id, e.inbox_id, c.raw, e.content_discarded_at IS NOT NULL AS discarded
         FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id WHERE e.id = ${id}`.pipe(
         Effect.map((r) => Option.fromNullable(r[0])),
         Effect.orDie

@@ -14,6 +14,7 @@ import { toEmail } from "../emails/Http.js"
 import type { EmailRow } from "../emails/Repo.js"
 import { LISTEN_MAX_WAITS_PER_ORG, ListenWakeups } from "../listen/Wakeups.js"
 import { AppConfig } from "../platform/Config.js"
+import { requireWholeOrganization, scoped } from "../platform/InboxLimit.js"
 import { EVENT_LOG_RETENTION_HOURS, KEEP_ALIVE_SECONDS, WAIT_DEFAULT_SECONDS } from "./Api.js"
 import { EventLog, type LoggedEvent, type Position } from "./Log.js"
 
@@ -52,7 +53,9 @@ export const EventsHttpLive = HttpApiBuilder.group(MailroomApi, "events", (handl
     return handlers
       .handle("stream", ({ headers, urlParams }) =>
         Effect.gen(function*() {
-          const { orgId } = yield* CurrentPrincipal
+          const principal = yield* CurrentPrincipal
+          yield* requireWholeOrganization(principal, "the event stream")
+          const orgId = principal.orgId
           const types = urlParams.types ?? []
           const lastId = headers["last-event-id"]
           let start: Position
@@ -91,11 +94,12 @@ export const EventsHttpLive = HttpApiBuilder.group(MailroomApi, "events", (handl
         }))
       .handle("waitForEmail", ({ urlParams }) =>
         Effect.gen(function*() {
-          const { orgId } = yield* CurrentPrincipal
+          const principal = yield* CurrentPrincipal
+          const orgId = principal.orgId
           const now = yield* Clock.currentTimeMillis
           const after = urlParams.after ?? new Date(now)
           const conds = [
-            sql`e.org_id = ${orgId}`,
+            scoped(sql, principal, "e"),
             sql`e.status = 'accepted'`,
             sql`e.event_type = 'email.received'`,
             sql`e.received_at > ${after}`

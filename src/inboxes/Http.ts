@@ -9,11 +9,13 @@ export const InboxesHttpLive = HttpApiBuilder.group(MailroomApi, "inboxes", (han
   Effect.gen(function*() {
     const inboxes = yield* InboxesService
     const orgId = Effect.map(CurrentPrincipal, (p) => p.orgId)
+    // A key limited to inboxes sees (and changes) only those.
+    const scope = CurrentPrincipal
 
     return handlers
       .handle("create", ({ payload }) => Effect.flatMap(orgId, (org) => inboxes.create(org, payload)))
-      .handle("list", ({ urlParams }) => Effect.flatMap(orgId, (org) => inboxes.list(org, urlParams)))
-      .handle("get", ({ path }) => Effect.flatMap(orgId, (org) => inboxes.get(org, path.id)))
-      .handle("update", ({ path, payload }) => Effect.flatMap(orgId, (org) => inboxes.update(org, path.id, payload)))
-      .handle("remove", ({ path }) => Effect.flatMap(orgId, (org) => inboxes.remove(org, path.id)))
+      .handle("list", ({ urlParams }) => Effect.flatMap(scope, (p) => inboxes.list(p, urlParams)))
+      .handle("get", ({ path }) => Effect.flatMap(scope, (p) => inboxes.get(p, path.id)))
+      .handle("update", ({ path, payload }) => Effect.flatMap(scope, (p) => inboxes.update(p, path.id, payload)))
+      .handle("remove", ({ path }) => Effect.flatMap(scope, (p) => inboxes.remove(p, path.id)))
   })).pipe(Layer.provide(InboxesService.Default))

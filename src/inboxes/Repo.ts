@@ -2,6 +2,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import type { Position } from "../contract/Paging.js"
+import { inboxCondition, type OrgScope, orgOf } from "../platform/InboxLimit.js"
 import { pageWithTotal } from "../platform/Listing.js"
 import type { Plan } from "../contract/Plans.js"
 import type { Inbox } from "./Api.js"
@@ -36,11 +37,14 @@ export class InboxesRepo extends Effect.Service<InboxesRepo>()("mailroom/Inboxes
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const list = (orgId: string, limit: number, after: Position | undefined) =>
-      pageWithTotal<InboxRow>(sql, "inboxes", sql`org_id = ${orgId}`, limit, after)
+    // A key limited to inboxes sees only those (the inbox's own id is its `inbox_id`).
+    const visible = (scope: OrgScope) => sql.and([sql`org_id = ${orgOf(scope)}`, inboxCondition(sql, scope, "id")])
 
-    const find = (orgId: string, id: string) =>
-      Effect.map(sql<InboxRow>`SELECT * FROM inboxes WHERE id = ${id} AND org_id = ${orgId}`, (r) => Option.fromNullable(r[0]))
+    const list = (scope: OrgScope, limit: number, after: Position | undefined) =>
+      pageWithTotal<InboxRow>(sql, "inboxes", visible(scope), limit, after)
+
+    const find = (scope: OrgScope, id: string) =>
+      Effect.map(sql<InboxRow>`SELECT * FROM inboxes WHERE id = ${id} AND ${visible(scope)}`, (r) => Option.fromNullable(r[0]))
 
     /**
      * The plan and inbox count of an organization, its row locked so concurrent creates count one

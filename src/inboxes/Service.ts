@@ -8,6 +8,7 @@ import { Conflict, Forbidden, NotFound } from "../contract/Errors.js"
 import { LIMITS, type Plan, upgradeHint } from "../contract/Plans.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { AppConfig } from "../platform/Config.js"
+import { type OrgScope, orgOf } from "../platform/InboxLimit.js"
 import { randomToken } from "../platform/Secrets.js"
 import { sqlState } from "../platform/SqlErrors.js"
 import type { CreateInbox, UpdateInbox } from "./Api.js"
@@ -40,17 +41,17 @@ export class InboxesService extends Effect.Service<InboxesService>()("mailroom/I
     const taken = (address: string) => new Conflict({ message: `${address} is taken`, details: { address } })
     const notFound = (id: string) => new NotFound({ message: `no inbox ${id}` })
 
-    const found = (orgId: string, id: string) =>
-      Effect.flatMap(Effect.orDie(repo.find(orgId, id)), Option.match({
+    const found = (scope: OrgScope, id: string) =>
+      Effect.flatMap(Effect.orDie(repo.find(scope, id)), Option.match({
         onNone: () => Effect.fail(notFound(id)),
         onSome: (r) => Effect.succeed(r)
       }))
 
-    const list = (orgId: string, q: { readonly limit?: number | undefined; readonly cursor?: string | undefined }) =>
+    const list = (scope: OrgScope, q: { readonly limit?: number | undefined; readonly cursor?: string | undefined }) =>
       Effect.gen(function*() {
         const after = yield* decodeCursor(q.cursor)
         const limit = q.limit ?? DEFAULT_PAGE_SIZE
-        const { rows, total } = yield* Effect.orDie(repo.list(orgId, limit, after))
+        const { rows, total } = yield* Effect.orDie(repo.list(scope, limit, after))
         return pageOf(rows, limit, total, toInbox)
       })
 
@@ -85,9 +86,10 @@ export class InboxesService extends Effect.Service<InboxesService>()("mailroom/I
         return yield* Effect.dieMessage("no free inbox address after 8 attempts")
       }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die), Effect.map(toInbox))
 
-    const update = (orgId: string, id: string, input: UpdateInbox) =>
+    const update = (scope: OrgScope, id: string, input: UpdateInbox) =>
       Effect.gen(function*() {
-        const current: InboxRow = yield* found(orgId, id)
+        const orgId = orgOf(scope)
+        const current: InboxRow = yield* found(scope, id)
         let address = current.address
         if (input.username !== undefined && `${input.username.toLowerCase()}@${domain}` !== current.address) {
           address = `${input.username.toLowerCase()}@${domain}`
@@ -109,9 +111,10 @@ export class InboxesService extends Effect.Service<InboxesService>()("mailroom/I
         )
       }).pipe(Effect.map(toInbox))
 
-    const remove = (orgId: string, id: string) =>
+    const remove = (scope: OrgScope, id: string) =>
       Effect.gen(function*() {
-        const current = yield* found(orgId, id)
+        const orgId = orgOf(scope)
+        const current = yield* found(scope, id)
         if (current.is_default) {
           return yield* new Conflict({
             message: "the default inbox cannot be deleted: it is the account's managed_inbox_address",
@@ -132,7 +135,7 @@ export class InboxesService extends Effect.Service<InboxesService>()("mailroom/I
         })
       })
 
-    const get = (orgId: string, id: string) => Effect.map(found(orgId, id), toInbox)
+    const get = (scope: OrgScope, id: string) => Effect.map(found(scope, id), toInbox)
 
     return { list, get, create, update, remove } as const
   }),

@@ -7,6 +7,7 @@ import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { Conflict, NotFound, RateLimitExceeded } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { noStore } from "../platform/HttpHeaders.js"
+import { requireWholeOrganization } from "../platform/InboxLimit.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
 import {
   LISTEN_MAX_ACTIVE_SESSIONS,
@@ -79,7 +80,9 @@ export const ListenHttpLive = HttpApiBuilder.group(MailroomApi, "listen", (handl
         Effect.gen(function*() {
           // A derived idempotency key must not hand one session to two listeners.
           yield* noStore
-          const { orgId } = yield* CurrentPrincipal
+          const principal = yield* CurrentPrincipal
+          yield* requireWholeOrganization(principal, "a listen session")
+          const orgId = principal.orgId
           const { now, until } = yield* expiry
           // Count and insert under the organization's lock: concurrent creates see each other's
           // sessions, so the cap holds exactly (each statement after the lock takes a new snapshot).
@@ -104,7 +107,9 @@ export const ListenHttpLive = HttpApiBuilder.group(MailroomApi, "listen", (handl
         }))
       .handle("events", ({ path, urlParams }) =>
         Effect.gen(function*() {
-          const { orgId } = yield* CurrentPrincipal
+          const principal = yield* CurrentPrincipal
+          yield* requireWholeOrganization(principal, "a listen session")
+          const orgId = principal.orgId
           yield* Effect.flatten(touch(orgId, path.id)).pipe(Effect.mapError(() => notFound))
           const wait = urlParams.wait ?? DEFAULT_WAIT_SECONDS
           let rows = yield* take(path.id)

@@ -5,6 +5,7 @@ import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { requireEntitlement } from "../account/Entitlement.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import { inboxesOf } from "../platform/InboxLimit.js"
 import { DEFAULT_SEARCH_LIMIT } from "./Api.js"
 import { SearchRepo } from "./Repo.js"
 import { Search } from "./Search.js"
@@ -16,7 +17,8 @@ export const SearchHttpLive = HttpApiBuilder.group(MailroomApi, "search", (handl
     const sql = yield* SqlClient.SqlClient
     return handlers.handle("search", ({ urlParams: p }) =>
       Effect.gen(function*() {
-        const { orgId } = yield* CurrentPrincipal
+        const principal = yield* CurrentPrincipal
+        const orgId = principal.orgId
         yield* requireEntitlement(orgId, "search", "search").pipe(Effect.provideService(SqlClient.SqlClient, sql))
         const mode = p.mode ?? "hybrid"
         const { meta, results } = yield* search.search({
@@ -31,7 +33,8 @@ export const SearchHttpLive = HttpApiBuilder.group(MailroomApi, "search", (handl
             dateFrom: p.date_from,
             dateTo: p.date_to,
             threadId: p.thread_id,
-            inboxId: p.inbox_id
+            inboxId: p.inbox_id,
+            inboxIds: inboxesOf(principal)
           }
         })
         return { success: true as const, data: { results }, meta }

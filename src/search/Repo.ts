@@ -12,6 +12,8 @@ export interface SearchFilters {
   readonly dateTo?: Date | undefined
   readonly threadId?: string | undefined
   readonly inboxId?: string | undefined
+  /** A key limited to inboxes: only mail received at or sent from one of them. */
+  readonly inboxIds?: ReadonlyArray<string> | undefined
 }
 
 export interface Ranked {
@@ -54,6 +56,10 @@ export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRep
       if (f.inboxId !== undefined) {
         conds.push(sql`(EXISTS (SELECT 1 FROM emails e WHERE e.id = d.email_id AND e.inbox_id = ${f.inboxId})
           OR EXISTS (SELECT 1 FROM sent_emails s WHERE s.id = d.sent_email_id AND s.inbox_id = ${f.inboxId}))`)
+      }
+      if (f.inboxIds !== undefined) {
+        conds.push(f.inboxIds.length === 0 ? sql`false` : sql`(EXISTS (SELECT 1 FROM emails e WHERE e.id = d.email_id AND e.inbox_id IN ${sql.in(f.inboxIds)})
+          OR EXISTS (SELECT 1 FROM sent_emails s WHERE s.id = d.sent_email_id AND s.inbox_id IN ${sql.in(f.inboxIds)}))`)
       }
       return sql.and(conds)
     }

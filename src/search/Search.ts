@@ -91,7 +91,8 @@ export class Search extends Effect.Service<Search>()("mailroom/Search", {
         const query = embedded.right[0]
         const f = r.filters
         const filtered = f.scope !== "all" || f.from !== undefined || f.to !== undefined || f.dateFrom !== undefined ||
-          f.dateTo !== undefined || f.threadId !== undefined || f.inboxId !== undefined
+          f.dateTo !== undefined || f.threadId !== undefined || f.inboxId !== undefined ||
+          f.inboxIds !== undefined
         const only = filtered ? yield* repo.allowed(r.orgId, f) : undefined
         const near = yield* vectors.nearest(r.orgId, embedder.model, query!, k, only)
         // A vector held in memory may be stale: its message's content discarded (or the message

@@ -12,14 +12,17 @@ import { asList } from "./Addresses.js"
 import { type BatchResult, SendMail } from "./Api.js"
 import type { Draft } from "../contract/Drafts.js"
 import type { SentEmail } from "./Api.js"
-import { Sender, type SendInput } from "./Sender.js"
+import type { SendInput } from "./Sender.js"
 
 /** Messages of one batch relayed at once (the relay pool keeps 8 connections). */
 const BATCH_CONCURRENCY = 8
 
-/** The send path's input for a send-mail body (`from` defaulted to the organization's only address). */
-export const sendInputOf = (sender: Sender, orgId: string, payload: SendMail) =>
-  Effect.map(payload.from === undefined ? sender.defaultFrom(orgId) : Effect.succeed(payload.from), (from): SendInput => ({
+/**
+ * The send path's input for a send-mail body, `from` defaulted by `defaultFrom` (the organization's
+ * only address; a key limited to inboxes, its first inbox).
+ */
+export const sendInputOf = <E>(defaultFrom: Effect.Effect<string, E>, payload: SendMail) =>
+  Effect.map(payload.from === undefined ? defaultFrom : Effect.succeed(payload.from), (from): SendInput => ({
     kind: "send",
     sourceEmailId: null,
     from,
@@ -48,9 +51,8 @@ type Result = BatchResult["results"][number]
 /** What one message became: sent (or scheduled), or held as a draft for approval. */
 export type Submitted = { readonly email: SentEmail } | { readonly draft: Draft }
 
-export const sendBatch = <E>(
-  sender: Sender,
-  orgId: string,
+export const sendBatch = <E, D>(
+  defaultFrom: Effect.Effect<string, D>,
   messages: ReadonlyArray<unknown>,
   submit: (input: SendInput) => Effect.Effect<Submitted, E>
 ) =>
@@ -61,7 +63,7 @@ export const sendBatch = <E>(
       const invalid = validationFromDecode(new HttpApiDecodeError({ issues: [...issues], message: "" }))
       return Effect.succeed({ index, error: envelopeOf(invalid).error })
     }
-    return Effect.flatMap(sendInputOf(sender, orgId, decoded.right), submit).pipe(
+    return Effect.flatMap(sendInputOf(defaultFrom, decoded.right), submit).pipe(
       Effect.map((submitted): Result => ({ index, ...submitted })),
       Effect.catchAllCause((cause) => {
         const failure = Cause.failureOption(cause)

@@ -3,7 +3,7 @@ import { HttpApiBuilder, HttpApp, HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { NotFound, NotScheduled } from "../contract/Errors.js"
+import { Forbidden, NotFound, NotScheduled } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { LIMITS } from "../contract/Plans.js"
 import { CurrentPrincipal, type Principal } from "../contract/Security.js"
@@ -11,6 +11,7 @@ import { ValidationError } from "../contract/Errors.js"
 import { SCHEDULE_MAX_DAYS } from "./Api.js"
 import { sendBatch, sendInputOf } from "./Batch.js"
 import { OutboundRelay } from "./Relay.js"
+import { checkInboxSender, limitedDefaultFrom } from "./InboxSenders.js"
 import { forwardInput, replyInput } from "./Replies.js"
 import { type SentRow, SendingRepo, toSentEmail, toSentEmailDetail } from "./Repo.js"
 import { Sender, type SendInput } from "./Sender.js"
@@ -44,6 +45,7 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
     /** Sends now, or holds the send as a draft when the account's send_approval asks for it. */
     const sendOrHold = (principal: Principal, input: SendInput) =>
       Effect.gen(function*() {
+        yield* checkInboxSender(sql, principal, input.from)
         const held = yield* approvals.hold(principal, input)
         if (Option.isSome(held)) return { draft: held.value } as const
         return { email: toSentEmail(yield* sender.submitAs(principal.orgId, input, principal.automation)) } as const
@@ -56,33 +58,38 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
         return "draft" in submitted ? yield* Effect.as(status202, submitted.draft) : submitted.email
       })
 
+    /** `from` of a send without one: the caller's first inbox when it is limited to inboxes, else the organization's only address. */
+    const defaultFrom = (principal: Principal) =>
+      Effect.flatMap(limitedDefaultFrom(sql, principal), (first): Effect.Effect<string, ValidationError | Forbidden> =>
+        Option.isSome(first) ? Effect.succeed(first.value) : sender.defaultFrom(principal.orgId))
+
     /** A PATCH or cancel that found nothing to change: 404, or 409 with the state it is in. */
-    const unchanged = (org: string, id: string) =>
+    const unchanged = (org: Principal, id: string) =>
       Effect.flatMap(repo.find(org, id), (found): Effect.Effect<never, NotFound | NotScheduled> =>
         Option.isNone(found) ? Effect.fail(noSent(id)) : Effect.fail(notScheduled(found.value)))
 
     return handlers
       .handle("send", ({ payload }) =>
         Effect.gen(function*() {
-          const org = yield* caller
-          return yield* submitOrHold(yield* sendInputOf(sender, org, payload))
+          const principal = yield* CurrentPrincipal
+          return yield* submitOrHold(yield* sendInputOf(defaultFrom(principal), payload))
         }))
       .handle("sendBatch", ({ payload }) =>
         Effect.flatMap(CurrentPrincipal, (principal) =>
-          sendBatch(sender, principal.orgId, payload.messages, (input) => sendOrHold(principal, input))))
+          sendBatch(defaultFrom(principal), payload.messages, (input) => sendOrHold(principal, input))))
       .handle("reply", ({ path, payload }) =>
         Effect.gen(function*() {
-          const input = yield* replyInput(yield* caller, path.id, payload).pipe(provideSql)
+          const input = yield* replyInput(yield* CurrentPrincipal, path.id, payload).pipe(provideSql)
           return yield* submitOrHold(input)
         }))
       .handle("forward", ({ path, payload }) =>
         Effect.gen(function*() {
-          const input = yield* forwardInput(yield* caller, path.id, payload).pipe(provideSql)
+          const input = yield* forwardInput(yield* CurrentPrincipal, path.id, payload).pipe(provideSql)
           return yield* submitOrHold(input)
         }))
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
-          const org = yield* caller
+          const org = yield* CurrentPrincipal
           const after = yield* decodeCursor(urlParams.cursor)
           const limit = urlParams.limit ?? DEFAULT_PAGE_SIZE
           const { rows, total } = yield* repo.list(org, limit, after, {
@@ -96,13 +103,13 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
         }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {
-          const org = yield* caller
+          const org = yield* CurrentPrincipal
           const row = yield* Effect.flatMap(repo.find(org, path.id), Option.match({ onNone: () => Effect.fail(noSent(path.id)), onSome: Effect.succeed }))
           return toSentEmailDetail(row, row.content_discarded ? Option.none() : yield* repo.content(row.id))
         }))
       .handle("reschedule", ({ path, payload }) =>
         Effect.gen(function*() {
-          const org = yield* caller
+          const org = yield* CurrentPrincipal
           const at = yield* now
           const t = payload.send_at.getTime()
           if (t <= at.getTime() || t > at.getTime() + SCHEDULE_MAX_DAYS * 86_400_000) {
@@ -115,7 +122,7 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
         }))
       .handle("cancel", ({ path }) =>
         Effect.gen(function*() {
-          const org = yield* caller
+          const org = yield* CurrentPrincipal
           const row = yield* repo.cancel(org, path.id, yield* now)
           if (Option.isNone(row)) return yield* unchanged(org, path.id)
           return toSentEmail(row.value)

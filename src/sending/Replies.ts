@@ -10,6 +10,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import addressparser from "nodemailer/lib/addressparser"
 import { InboundNotRepliable, NotFound } from "../contract/Errors.js"
+import { type OrgScope, orgOf, scoped } from "../platform/InboxLimit.js"
 import { canSendFrom, sendableAddresses } from "../registries/Senders.js"
 import type { ForwardMail, ReplyMail } from "./Api.js"
 import { asList } from "./Addresses.js"
@@ -58,21 +59,21 @@ export const forwardSubject = (subject: string | null) => {
   return /^(fwd?|fw)\s*:/i.test(s) ? s : `Fwd: ${s}`.trim()
 }
 
-export const loadOriginal = (orgId: string, id: string) =>
+export const loadOriginal = (scope: OrgScope, id: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const rows = yield* sql<OriginalRow>`
       SELECT id, status, recipient, from_address, to_addresses, cc_addresses, subject, message_id, "references", headers,
              content_discarded_at IS NOT NULL AS discarded
-      FROM emails WHERE id = ${id} AND org_id = ${orgId}`.pipe(Effect.orDie)
+      FROM emails WHERE id = ${id} AND ${scoped(sql, scope)}`.pipe(Effect.orDie)
     const row = rows[0]
     if (row === undefined) return yield* new NotFound({ message: `no email ${id}` })
     return row
   })
 
-export const replyInput = (orgId: string, id: string, body: ReplyMail) =>
+export const replyInput = (scope: OrgScope, id: string, body: ReplyMail) =>
   Effect.gen(function*() {
-    const o = yield* loadOriginal(orgId, id)
+    const o = yield* loadOriginal(scope, id)
     if (o.status === "rejected") return yield* notRepliable(id, "rejected", "replied to")
     if (o.discarded) return yield* notRepliable(id, "content_discarded", "replied to")
     if (o.message_id === null || o.message_id.trim() === "") return yield* notRepliable(id, "no_message_id", "replied to")
@@ -81,7 +82,7 @@ export const replyInput = (orgId: string, id: string, body: ReplyMail) =>
     if (primary.length === 0) return yield* notRepliable(id, "no_recipient", "replied to")
     let cc: Array<string> = []
     if (body.reply_all === true) {
-      const own = yield* sendableAddresses(orgId)
+      const own = yield* sendableAddresses(orgOf(scope))
       const mine = (a: string) => a === o.recipient.toLowerCase() || canSendFrom(own, a)
       cc = [...new Set([...o.to_addresses, ...o.cc_addresses].flatMap((a) => addresses(a)))]
         .filter((a) => !mine(a) && !primary.includes(a))
@@ -107,10 +108,10 @@ export const replyInput = (orgId: string, id: string, body: ReplyMail) =>
     } satisfies SendInput
   })
 
-export const forwardInput = (orgId: string, id: string, body: ForwardMail) =>
+export const forwardInput = (scope: OrgScope, id: string, body: ForwardMail) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const o = yield* loadOriginal(orgId, id)
+    const o = yield* loadOriginal(scope, id)
     if (o.discarded) return yield* notRepliable(id, "content_discarded", "forwarded")
     const raw = yield* sql<{ raw: Uint8Array | null }>`SELECT raw FROM email_contents WHERE email_id = ${id}`.pipe(Effect.orDie)
     const bytes = raw[0]?.raw

@@ -7,6 +7,7 @@ import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Option } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { extractReplyText } from "../emails/ReplyText.js"
+import { type OrgScope, scoped } from "../platform/InboxLimit.js"
 import { pageWithTotal } from "../platform/Listing.js"
 import type { SentEmail, SentEmailDetail, SentStatus } from "./Api.js"
 
@@ -166,8 +167,8 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
           ${JSON.stringify(attachmentMeta(m.content.attachments))}::jsonb)
         RETURNING *`.pipe(Effect.map((rows) => rows[0]!), Effect.orDie)
 
-    const find = (orgId: string, id: string) =>
-      sql<SentRow>`SELECT * FROM sent_emails WHERE id = ${id} AND org_id = ${orgId}`.pipe(
+    const find = (scope: OrgScope, id: string) =>
+      sql<SentRow>`SELECT * FROM sent_emails WHERE id = ${id} AND ${scoped(sql, scope)}`.pipe(
         Effect.map((rows) => Option.fromNullable(rows[0])),
         Effect.orDie
       )
@@ -179,7 +180,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
       )
 
     const list = (
-      orgId: string,
+      scope: OrgScope,
       limit: number,
       after: Position | undefined,
       f: { readonly status?: string | undefined; readonly to?: string | undefined; readonly dateFrom?: Date | undefined; readonly dateTo?: Date | undefined
@@ -190,7 +191,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
         sql,
         "sent_emails",
         sql.and([
-          sql`org_id = ${orgId}`,
+          scoped(sql, scope),
           ...(f.status !== undefined ? [sql`status = ${f.status}`] : []),
           ...(to !== undefined
             ? [sql`EXISTS (SELECT 1 FROM jsonb_array_elements_text(to_addresses || cc_addresses || bcc_addresses) x
@@ -248,14 +249,14 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
     )
 
     /** Changes a scheduled send no one is sending right now; none otherwise. */
-    const reschedule = (orgId: string, id: string, sendAt: Date, now: Date) =>
+    const reschedule = (scope: OrgScope, id: string, sendAt: Date, now: Date) =>
       sql<SentRow>`UPDATE sent_emails SET send_at = ${sendAt}, due_at = ${sendAt}, attempt_count = 0, updated_at = now()
-        WHERE id = ${id} AND org_id = ${orgId} AND status = 'scheduled' AND (lease_until IS NULL OR lease_until < ${now})
+        WHERE id = ${id} AND ${scoped(sql, scope)} AND status = 'scheduled' AND (lease_until IS NULL OR lease_until < ${now})
         RETURNING *`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
 
-    const cancel = (orgId: string, id: string, now: Date) =>
+    const cancel = (scope: OrgScope, id: string, now: Date) =>
       sql<SentRow>`UPDATE sent_emails SET status = 'canceled', due_at = NULL, updated_at = now()
-        WHERE id = ${id} AND org_id = ${orgId} AND status = 'scheduled' AND (lease_until IS NULL OR lease_until < ${now})
+        WHERE id = ${id} AND ${scoped(sql, scope)} AND status = 'scheduled' AND (lease_until IS NULL OR lease_until < ${now})
         RETURNING *`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
 
     /** Sends counted in the last hour and the last 24 hours, and when the oldest of each leaves its window. */

@@ -73,11 +73,11 @@ export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (han
     return handlers
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
-          const { orgId } = yield* CurrentPrincipal
+          const principal = yield* CurrentPrincipal
           const limit = urlParams.limit ?? DEFAULT_PAGE_SIZE
           const after = yield* decodeCursor(urlParams.cursor)
           const includeWake = urlParams.include === "wake"
-          const { rows, total } = yield* repo.list(orgId, {
+          const { rows, total } = yield* repo.list(principal, {
             limit,
             after,
             participant: urlParams.participant,
@@ -88,7 +88,7 @@ export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (han
             label: urlParams.label
           })
           const page = rows.slice(0, limit)
-          const messages = yield* repo.messagesOf(orgId, page.map((t) => t.id), includeWake)
+          const messages = yield* repo.messagesOf(principal, page.map((t) => t.id), includeWake)
           const byThread = new Map<string, Array<MessageRow>>()
           for (const m of messages) {
             const list = byThread.get(m.thread_id)
@@ -107,8 +107,9 @@ export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (han
         }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {
-          const { orgId } = yield* CurrentPrincipal
-          const messages = yield* repo.messagesOf(orgId, [path.id])
+          const principal = yield* CurrentPrincipal
+          const orgId = principal.orgId
+          const messages = yield* repo.messagesOf(principal, [path.id])
           if (messages.length === 0) return yield* new NotFound({ message: "thread not found" })
           const at = messages.map((m) => m.at.getTime())
           const row: ThreadRow = {

@@ -3,6 +3,7 @@ import { SqlClient, type Statement } from "@effect/sql"
 import { Effect } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { WAKE_EVENT_TYPE } from "../emails/Api.js"
+import { type OrgScope, scoped } from "../platform/InboxLimit.js"
 
 export interface ThreadRow {
   readonly id: string
@@ -57,7 +58,7 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
      * Every message of the organization that threads show: accepted received mail (spam-rejected
      * mail keeps a thread id so a later reply still links, but is not shown) and sent mail.
      */
-    const messages = (orgId: string, withBody: boolean, includeWake = true): Statement.Fragment => {
+    const messages = (scope: OrgScope, withBody: boolean, includeWake = true): Statement.Fragment => {
       const wake = includeWake ? sql`` : sql`AND e.event_type <> ${WAKE_EVENT_TYPE}`
       const body = withBody
         ? sql`CASE WHEN e.content_discarded_at IS NULL THEN left(c.text_body, ${BODY_PREFIX}) END`
@@ -71,14 +72,14 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
       return sql`
         SELECT e.thread_id, 'received'::text AS direction, e.id, e.received_at AS at, e.from_address, e.to_addresses,
                e.cc_addresses, e.subject, e.message_id, ${body} AS body, e.inbox_id, e.labels, e.read
-          FROM emails e ${join} WHERE e.org_id = ${orgId} AND e.status = 'accepted' ${wake}
+          FROM emails e ${join} WHERE ${scoped(sql, scope, "e")} AND e.status = 'accepted' ${wake}
         UNION ALL
         SELECT s.thread_id, 'sent'::text, s.id, coalesce(s.sent_at, s.created_at), s.from_address, s.to_addresses,
                s.cc_addresses, s.subject, s.message_id, ${sentBody}, s.inbox_id, '[]'::jsonb, true
-          FROM sent_emails s ${sentJoin} WHERE s.org_id = ${orgId} AND s.status = 'sent'`
+          FROM sent_emails s ${sentJoin} WHERE ${scoped(sql, scope, "s")} AND s.status = 'sent'`
     }
 
-    const list = (orgId: string, q: ThreadListQuery) =>
+    const list = (scope: OrgScope, q: ThreadListQuery) =>
       Effect.gen(function*() {
         const having: Array<Statement.Fragment> = []
         if (q.participant !== undefined) {
@@ -96,7 +97,7 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
           ? conds
           : [...conds, sql`(last_message_at, id) < (${q.after.createdAt}, ${q.after.id}::uuid)`]
         const rows = yield* sql<ThreadRow & { readonly page_total: number }>`
-          WITH m AS (${messages(orgId, false, q.includeWake === true)}),
+          WITH m AS (${messages(scope, false, q.includeWake === true)}),
           t AS (
             SELECT thread_id AS id, count(*)::int AS message_count,
                    count(*) FILTER (WHERE direction = 'received')::int AS received_count,
@@ -112,11 +113,11 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
       }).pipe(Effect.orDie)
 
     /** The messages of the given threads, oldest first (wake firings only with `includeWake`, the default). */
-    const messagesOf = (orgId: string, threadIds: ReadonlyArray<string>, includeWake = true) =>
+    const messagesOf = (scope: OrgScope, threadIds: ReadonlyArray<string>, includeWake = true) =>
       threadIds.length === 0
         ? Effect.succeed<ReadonlyArray<MessageRow>>([])
         : sql<MessageRow>`
-            SELECT * FROM (${messages(orgId, true, includeWake)}) m WHERE m.thread_id IN ${sql.in(threadIds)}
+            SELECT * FROM (${messages(scope, true, includeWake)}) m WHERE m.thread_id IN ${sql.in(threadIds)}
             ORDER BY m.at, m.id`.pipe(Effect.orDie)
 
     return { list, messagesOf, messages } as const

@@ -22,7 +22,7 @@ import { Dns } from "../net/Dns.js"
 import { AppConfig } from "../platform/Config.js"
 import { DatabaseKind } from "../platform/Database.js"
 import { runJobs } from "../platform/JobRunner.js"
-import { fixedDelays, retryAt, type RetryPolicy } from "../platform/RetryPolicy.js"
+import { fixedDelays, retryAt } from "../platform/RetryPolicy.js"
 import { randomToken } from "../platform/Secrets.js"
 import { postJson } from "../webhooks/Sender.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
@@ -249,14 +249,6 @@ const recordWhileLeased = <A, E, R>(row: DeliveryRow, record: Effect.Effect<A, E
     )
   })
 
-/** Deliveries retry after exactly the configured delays, then fail. */
-const policies = new WeakMap<ReadonlyArray<Duration.Duration>, RetryPolicy>()
-const deliveryRetryPolicy = (delays: ReadonlyArray<Duration.Duration>): RetryPolicy => {
-  let policy = policies.get(delays)
-  if (policy === undefined) policies.set(delays, policy = fixedDelays(delays))
-  return policy
-}
-
 /** An attempt interrupted by the service stopping after its request may have left. */
 const SHUTDOWN_ERROR = "the service stopped during the attempt; the endpoint may have received it"
 
@@ -322,7 +314,7 @@ export const processDelivery = (
     // The retry policy (DELIVERY_RETRY_DELAYS) stepped to this attempt: the next due time, or none (failed).
     const next = result.ok || !options.retries || result.final
       ? Option.none<Date>()
-      : yield* retryAt(deliveryRetryPolicy(config.deliveryRetryDelays), number, now)
+      : yield* retryAt(fixedDelays(config.deliveryRetryDelays), number, now)
     let completion: Completion
     if (result.ok) completion = { _tag: "Done", status: result.confirmed ? "header_confirmed" : "delivered" }
     else if (Option.isNone(next)) completion = { _tag: "Done", status: "failed" }

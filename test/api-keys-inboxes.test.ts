@@ -12,7 +12,7 @@ import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { TestServer } from "./support/harness.js"
 import { testServiceWithDns } from "./support/dns.js"
-import { call } from "./support/http.js"
+import { call, expectError } from "./support/http.js"
 import { startTestRelay, type TestRelay } from "./support/relay.js"
 
 class Relay extends Context.Tag("test/KeyInboxesRelay")<Relay, TestRelay>() {}
@@ -53,12 +53,6 @@ const mailIn = (to: string, subject: string) =>
     }))
 
 const createKey = (token: string, body: unknown) => call("POST", "/v1/api-keys", { token, body })
-
-const expectError = (r: { status: number; body: any }, status: number, code: string) => {
-  expect(r.status).toBe(status)
-  expect(r.body.success).toBe(false)
-  expect(r.body.error.code).toBe(code)
-}
 
 /** An organization with inboxes A and B, mail to A, B and the default inbox, and a key limited to A. */
 const setup = Effect.gen(function*() {

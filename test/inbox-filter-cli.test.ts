@@ -63,17 +63,20 @@ layer(Env, { timeout: SLOW, excludeTestServices: true })("--inbox-id in the CLI"
       })
       expect(sentDefault.status, sentDefault.text).toBe(201)
 
-      const subjects = (r: CliResult, pick: (d: any) => Array<{ subject: string }>) => {
+      type Listed = ReadonlyArray<{ readonly subject: string }>
+      /** The subjects a `--json` list (`data`) or search (`data.results`) printed, sorted. */
+      const subjects = (r: CliResult) => {
         expect(r.code, r.stderr).toBe(0)
-        return pick(json(r.stdout)).map((e) => e.subject).sort()
+        const { data } = json(r.stdout) as { readonly data: Listed | { readonly results: Listed } }
+        return ("results" in data ? data.results : data).map((e) => e.subject).sort()
       }
-      expect(subjects(yield* cli(env, "emails", "list", "--json"), (d) => d.data)).toEqual([`quote ${tag} default`, `quote ${tag} desk`])
-      expect(subjects(yield* cli(env, "emails", "list", "--inbox-id", inbox.id, "--json"), (d) => d.data)).toEqual([`quote ${tag} desk`])
-      expect(subjects(yield* cli(env, "threads", "list", "--inbox-id", inbox.id, "--json"), (d) => d.data))
+      expect(subjects(yield* cli(env, "emails", "list", "--json"))).toEqual([`quote ${tag} default`, `quote ${tag} desk`])
+      expect(subjects(yield* cli(env, "emails", "list", "--inbox-id", inbox.id, "--json"))).toEqual([`quote ${tag} desk`])
+      expect(subjects(yield* cli(env, "threads", "list", "--inbox-id", inbox.id, "--json")))
         .toEqual([`quote ${tag} desk`, `reply ${tag} desk`])
-      expect(subjects(yield* cli(env, "sent", "list", "--inbox-id", inbox.id, "--json"), (d) => d.data)).toEqual([`reply ${tag} desk`])
-      expect(subjects(yield* cli(env, "search", tag, "--mode", "lexical", "--json"), (d) => d.data.results)).toHaveLength(4)
-      expect(subjects(yield* cli(env, "search", tag, "--mode", "lexical", "--inbox-id", inbox.id, "--json"), (d) => d.data.results))
+      expect(subjects(yield* cli(env, "sent", "list", "--inbox-id", inbox.id, "--json"))).toEqual([`reply ${tag} desk`])
+      expect(subjects(yield* cli(env, "search", tag, "--mode", "lexical", "--json"))).toHaveLength(4)
+      expect(subjects(yield* cli(env, "search", tag, "--mode", "lexical", "--inbox-id", inbox.id, "--json")))
         .toEqual([`quote ${tag} desk`, `reply ${tag} desk`])
       // The table names the filter's inbox too (not only --json).
       const table = yield* cli(env, "emails", "list", "--inbox-id", inbox.id)

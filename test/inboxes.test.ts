@@ -10,7 +10,7 @@ import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { TestServer } from "./support/harness.js"
 import { testServiceWithDns } from "./support/dns.js"
-import { call } from "./support/http.js"
+import { call, expectError } from "./support/http.js"
 import { startTestRelay, type TestRelay } from "./support/relay.js"
 
 class Relay extends Context.Tag("test/InboxesRelay")<Relay, TestRelay>() {}
@@ -51,12 +51,6 @@ const mailIn = (to: string, subject: string, extra: Record<string, unknown> = {}
         t.close()
       }
     }))
-
-const expectError = (r: { status: number; body: any }, status: number, code: string) => {
-  expect(r.status).toBe(status)
-  expect(r.body.success).toBe(false)
-  expect(r.body.error.code).toBe(code)
-}
 
 layer(Env, { timeout: 180_000, excludeTestServices: true })("inboxes", (it) => {
   describe("CRUD", () => {

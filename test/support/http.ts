@@ -1,4 +1,5 @@
 /** Plain HTTP calls to a test server, as an outside client makes them. */
+import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { checkDeclared } from "./declaredStatuses.js"
 import { TestServer } from "./harness.js"
@@ -43,3 +44,8 @@ export const fetchReply = async (url: string, method: string, options: CallOptio
 /** Calls the test server: `call("POST", "/v1/…", { body, token })`. */
 export const call = (method: string, path: string, options: CallOptions = {}) =>
   Effect.flatMap(TestServer, (server) => Effect.promise(() => fetchReply(`${server.baseUrl}${path}`, method, options)))
+
+/** The answer is the spec's error envelope with this status and code (the body is shown when it is not). */
+export const expectError = (r: Pick<Reply, "status" | "body" | "text">, status: number, code: string) => {
+  expect([r.status, r.body?.success, r.body?.error?.code], r.text).toEqual([status, false, code])
+}

@@ -7,8 +7,9 @@
 import { Effect } from "effect"
 import { createHash } from "node:crypto"
 import { CannotSendFromDomain, DiscardNotEnabled } from "../contract/Errors.js"
-import { asList, formatMailbox } from "../sending/Addresses.js"
+import { formatMailbox } from "../sending/Addresses.js"
 import type { SendMail, SentEmail } from "../sending/Api.js"
+import { sendInputOf } from "../sending/Batch.js"
 import { validateSend } from "../sending/Sender.js"
 import { DEMO_INBOX, DEMO_INBOX_ID, DEMO_NOW, demoAccount } from "./Dataset.js"
 
@@ -28,24 +29,7 @@ const uuidOf = (hex: string) =>
 export const demoSendMail = (payload: SendMail) =>
   Effect.gen(function*() {
     // Schedules are checked against the real clock, as the real operation does.
-    const v = yield* validateSend({
-      kind: "send",
-      sourceEmailId: null,
-      from: payload.from ?? DEMO_INBOX,
-      to: asList(payload.to),
-      cc: asList(payload.cc),
-      bcc: asList(payload.bcc),
-      replyTo: payload.reply_to ?? null,
-      subject: payload.subject,
-      text: payload.text ?? null,
-      html: payload.html ?? null,
-      headers: payload.headers ?? {},
-      attachments: payload.attachments ?? [],
-      sendAt: payload.send_at ?? null,
-      discardContent: payload.discard_content ?? false,
-      inReplyTo: null,
-      references: []
-    }, Date.now())
+    const v = yield* validateSend(yield* sendInputOf(Effect.succeed(DEMO_INBOX), payload), Date.now())
     if (!isDemoSender(v.from.address)) {
       return yield* new CannotSendFromDomain({
         message: `${v.from.address} is not an address this organization can send from (valid senders: ${DEMO_INBOX})`,

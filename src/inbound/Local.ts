@@ -18,7 +18,7 @@ import { Effect, Either, Layer, Option } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { AppConfig } from "../platform/Config.js"
 import { LocalDelivery, type LocalMessage, type LocalOutcome, type LocalReceiver, type LocalRefusal } from "../sending/LocalDelivery.js"
-import { type AttachmentPolicy, policiesOf, policyBreach } from "../trust/AttachmentPolicy.js"
+import { judgeAttachments } from "../trust/AttachmentPolicy.js"
 import { mayCommand } from "../wake/Message.js"
 import type { Analysis } from "./Analyze.js"
 import { makeAnalyzePool } from "./AnalyzePool.js"
@@ -130,20 +130,12 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
       const analysis = localAuthentication(yield* Effect.promise(() => pool.analyze(message.raw, null)), message)
       // Attachment policies of the organizations reached (a wake address takes commands, not mail).
       const orgIds = [...new Set(accepted.filter((a) => a.recipient.wake === null).map((a) => a.recipient.orgId))]
-      const looked = orgIds.length === 0
-        ? Either.right(new Map<string, AttachmentPolicy>())
-        : yield* policiesOf(orgIds).pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.either)
-      if (Either.isLeft(looked)) return refuseAll(451, "4.3.0 Temporary lookup failure, try again later")
-      const policies = looked.right
-      const policyQuarantine: Array<string> = []
-      const rejecting = new Map<string, string>()
-      for (const [orgId, policy] of policies) {
-        const breach = policyBreach(policy, analysis.parsed.attachments)
-        if (breach === undefined) continue
-        // The reason may quote a filename the sender chose: no control character reaches the reply.
-        if (policy.action === "reject") rejecting.set(orgId, breach.replace(/[\u0000-\u001f\u007f]/g, "_"))
-        else policyQuarantine.push(orgId)
-      }
+      const judged = yield* judgeAttachments(orgIds, analysis.parsed.attachments).pipe(
+        Effect.provideService(SqlClient.SqlClient, sql),
+        Effect.either
+      )
+      if (Either.isLeft(judged)) return refuseAll(451, "4.3.0 Temporary lookup failure, try again later")
+      const { rejecting, quarantining: policyQuarantine } = judged.right
       for (const a of accepted.filter((a) => a.recipient.wake === null && rejecting.has(a.recipient.orgId))) {
         refused.push({
           address: a.address,

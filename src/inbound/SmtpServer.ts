@@ -24,7 +24,7 @@ import { checkCommand } from "./Commands.js"
 import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
 import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { InboundStore } from "./Store.js"
-import { policiesOf, policyBreach } from "../trust/AttachmentPolicy.js"
+import { judgeAttachments } from "../trust/AttachmentPolicy.js"
 import { BounceIntake } from "../bounces/Intake.js"
 
 export const MAX_MESSAGE_BYTES = 30 * 1024 * 1024
@@ -145,15 +145,11 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
     // Attachment policies of the organizations reached: one that rejects refuses the whole
     // message at DATA (552 5.3.4), one that quarantines holds back that organization's copies.
     const orgIds = [...new Set(rcpts.filter((r) => r.wake === null).map((r) => r.orgId))]
-    const policies = orgIds.length === 0 ? new Map() : await run(policiesOf(orgIds).pipe(Effect.provideService(SqlClient.SqlClient, sql)))
-    const policyQuarantine: Array<string> = []
-    for (const [orgId, policy] of policies) {
-      const breach = policyBreach(policy, analysis.parsed.attachments)
-      if (breach === undefined) continue
-      // The reason may quote a filename the sender chose: no control character reaches the reply.
-      if (policy.action === "reject") return { _tag: "PolicyRejected", reason: breach.replace(/[\u0000-\u001f\u007f]/g, "_") } as const
-      policyQuarantine.push(orgId)
-    }
+    const { rejecting, quarantining: policyQuarantine } = await run(
+      judgeAttachments(orgIds, analysis.parsed.attachments).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+    )
+    const [rejected] = rejecting.values()
+    if (rejected !== undefined) return { _tag: "PolicyRejected", reason: rejected } as const
     const message = {
       raw,
       envelopeFrom,

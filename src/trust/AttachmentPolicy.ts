@@ -59,3 +59,27 @@ export const policiesOf = (orgIds: ReadonlyArray<string>) =>
       (typeof r.attachment_policy === "string" ? JSON.parse(r.attachment_policy) : r.attachment_policy) as AttachmentPolicy
     ]))
   })
+
+/** What the attachment policies of the organizations a message reaches decide about it. */
+export interface AttachmentVerdict {
+  /** Organizations whose policy rejects it, with the reason (safe to put in an SMTP reply). */
+  readonly rejecting: ReadonlyMap<string, string>
+  /** Organizations whose policy holds their copies back in quarantine. */
+  readonly quarantining: ReadonlyArray<string>
+}
+
+/** Judges the attachments against every reached organization's policy (one lookup for all of them). */
+export const judgeAttachments = (orgIds: ReadonlyArray<string>, attachments: ReadonlyArray<ParsedAttachment>) =>
+  Effect.gen(function*() {
+    const rejecting = new Map<string, string>()
+    const quarantining: Array<string> = []
+    if (orgIds.length === 0) return { rejecting, quarantining } satisfies AttachmentVerdict
+    for (const [orgId, policy] of yield* policiesOf(orgIds)) {
+      const breach = policyBreach(policy, attachments)
+      if (breach === undefined) continue
+      // The reason may quote a filename the sender chose: no control character reaches the reply.
+      if (policy.action === "reject") rejecting.set(orgId, breach.replace(/[\u0000-\u001f\u007f]/g, "_"))
+      else quarantining.push(orgId)
+    }
+    return { rejecting, quarantining } satisfies AttachmentVerdict
+  })

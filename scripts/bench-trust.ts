@@ -7,8 +7,8 @@
  * `npx tsx scripts/bench-trust.ts`
  */
 import { readdirSync, readFileSync } from "node:fs"
-import { parseEmail, type ParsedEmail } from "../src/inbound/Parse.js"
-import { trustSignals } from "../src/trust/Signals.js"
+import { parseEmail, type ParsedEmail } from "../src/mail/Parse.js"
+import { trustSignals } from "../src/mail/Signals.js"
 
 const dir = new URL("../test/fixtures/trust/", import.meta.url)
 const TARGET = 10 * 1024

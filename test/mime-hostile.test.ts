@@ -8,7 +8,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
-import { capAddressHeaders, MAX_ADDRESS_HEADER_BYTES, parseEmail } from "../src/inbound/Parse.js"
+import { capAddressHeaders, MAX_ADDRESS_HEADER_BYTES, parseEmail } from "../src/mail/Parse.js"
 import { TestServer, testService } from "./support/harness.js"
 import { adversarial } from "./support/mime.js"
 

@@ -5,7 +5,7 @@ import { DateTimeString, IdempotencyHeaders, Ok, strict } from "../contract/Enve
 import { Wire } from "../contract/Errors.js"
 import { PlanLimits } from "../contract/Plans.js"
 import { Authentication } from "../contract/Security.js"
-import { AttachmentPolicy } from "../trust/AttachmentPolicy.js"
+import { AttachmentPolicy } from "./AttachmentPolicy.js"
 
 /** Which sends wait for a person's approval: none, those to a new recipient, or every send. */
 export const SendApproval = Schema.Literal("none", "new_recipients", "all").annotations({

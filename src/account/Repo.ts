@@ -4,7 +4,7 @@ import { Effect, Exit, Option } from "effect"
 import { makeBatcher } from "../platform/Batching.js"
 import { type Entitlement, entitlementsOf, LIMITS, OPERATOR_ENTITLEMENTS, type Plan } from "../contract/Plans.js"
 import type { Account, AccountUpdateResult, SendApproval, StorageStatistics } from "./Api.js"
-import type { AttachmentPolicy } from "../trust/AttachmentPolicy.js"
+import type { AttachmentPolicy } from "./AttachmentPolicy.js"
 
 interface AccountRow {
   id: string

@@ -6,7 +6,7 @@ import { DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict } from "
 import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
-import { isDomainName } from "../filters/Patterns.js"
+import { isDomainName } from "../mail/SenderPatterns.js"
 
 export const DomainName = Schema.String.pipe(
   Schema.maxLength(253),

@@ -4,7 +4,7 @@ import { Schema } from "effect"
 import { allErrors, DateTimeFilter, DateTimeString, IdPath, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { Authentication } from "../contract/Security.js"
-import { TrustSchema } from "../trust/Trust.js"
+import { TrustSchema } from "../mail/Trust.js"
 
 export const EventTypeName = Schema.String.annotations({
   description: "email.received, email.bounced, email.tls_report, email.dmarc_report or email.dmarc_failure"

@@ -23,8 +23,8 @@ import { inboxesOf } from "../platform/InboxLimit.js"
 import type { Email, EmailSummary } from "./Api.js"
 import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
 import { type EmailRow, EmailsRepo, type SummaryRow } from "./Repo.js"
-import { extractReplyText } from "./ReplyText.js"
-import { UNKNOWN_TRUST } from "../trust/Trust.js"
+import { extractReplyText } from "../mail/ReplyText.js"
+import { UNKNOWN_TRUST } from "../mail/Trust.js"
 
 export const toSummary = (row: SummaryRow): EmailSummary => ({
   id: row.id,

@@ -1,11 +1,11 @@
 /** SQL of the Emails area. */
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
-import type { ParsedAttachment } from "../inbound/Parse.js"
+import type { ParsedAttachment } from "../mail/Parse.js"
 import { type OrgScope, orgOf, scoped } from "../platform/InboxLimit.js"
 import { deletionEndsWatches } from "../wake/Repo.js"
 import { WAKE_EVENT_TYPE } from "./Api.js"
-import type { Trust } from "../trust/Trust.js"
+import type { Trust } from "../mail/Trust.js"
 
 export interface EmailRow {
   id: string

@@ -5,7 +5,7 @@ import { DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict } from "
 import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
-import { isEmailAddress } from "../filters/Patterns.js"
+import { isEmailAddress } from "../mail/SenderPatterns.js"
 
 export const EmailAddress = Schema.String.pipe(
   Schema.maxLength(254),

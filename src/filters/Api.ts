@@ -6,8 +6,8 @@ import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
 import { REGISTRY_NAME } from "../registries/Api.js"
-import { normalizePattern, parsePattern, PATTERN_MAX_LENGTH } from "./Patterns.js"
-import { SignalName } from "../trust/Trust.js"
+import { normalizePattern, parsePattern, PATTERN_MAX_LENGTH } from "../mail/SenderPatterns.js"
+import { SignalName } from "../mail/Trust.js"
 
 export const FilterType = Schema.Literal("whitelist", "blocklist", "registry", "quarantine").annotations({
   description: "`whitelist`: admit these senders; `blocklist`: refuse them; `registry`: admit senders verified as a " +

@@ -5,7 +5,7 @@
  * the recipient).
  */
 import type { Rules } from "../endpoints/Api.js"
-import { matchesSender } from "./Patterns.js"
+import { matchesSender } from "../mail/SenderPatterns.js"
 
 export interface FilterLike {
   readonly type: "whitelist" | "blocklist" | "registry" | "quarantine"

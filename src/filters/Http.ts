@@ -9,7 +9,7 @@ import { CurrentPrincipal } from "../contract/Security.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { RegistriesRepo } from "../registries/Repo.js"
 import { FiltersRepo, toFilter } from "./Repo.js"
-import { normalizePattern } from "./Patterns.js"
+import { normalizePattern } from "../mail/SenderPatterns.js"
 
 export const FiltersHttpLive = HttpApiBuilder.group(MailroomApi, "filters", (handlers) =>
   Effect.gen(function*() {

@@ -5,9 +5,9 @@
  */
 import { type AuthCheckOptions, type AuthResults, checkAuthenticity, NO_AUTH_CHECK } from "./Authenticity.js"
 import { classify, type EventType } from "./Classify.js"
-import { emptyParsed, parseEmail, type ParsedEmail } from "./Parse.js"
+import { emptyParsed, parseEmail, type ParsedEmail } from "../mail/Parse.js"
 import { scoreSpam, type SpamVerdict } from "./SpamScore.js"
-import { type Signal, trustSignals } from "../trust/Signals.js"
+import { type Signal, trustSignals } from "../mail/Signals.js"
 
 export interface Analysis {
   readonly parsed: ParsedEmail

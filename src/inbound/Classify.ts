@@ -3,7 +3,7 @@
  * RFC 3464 delivery status notifications, RFC 8460 TLS reports, RFC 7489 aggregate reports and
  * RFC 6591 authentication-failure reports; everything else is `email.received`.
  */
-import type { ParsedEmail } from "./Parse.js"
+import type { ParsedEmail } from "../mail/Parse.js"
 
 export type EventType =
   | "email.received"

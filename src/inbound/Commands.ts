@@ -7,7 +7,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { claimWakeCommand } from "../wake/Firing.js"
-import { commandOf, type CommandPart, useKeyOf, verifyCommand } from "../wake/Message.js"
+import { commandOf, type CommandPart, useKeyOf, verifyCommand } from "../mail/WakeMessage.js"
 import type { Recipient } from "./Recipients.js"
 
 export type CommandCheck =

@@ -4,7 +4,7 @@
  * `spam_threshold`; each rule that fired is recorded so a rejection can be explained.
  */
 import type { AuthResults } from "./Authenticity.js"
-import type { ParsedEmail } from "./Parse.js"
+import type { ParsedEmail } from "../mail/Parse.js"
 
 export interface SpamVerdict {
   readonly score: number

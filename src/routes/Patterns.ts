@@ -2,7 +2,7 @@
  * Recipient address patterns of routes: `support@acme.com` (exact), `*@acme.com`, `*+tag@acme.com`,
  * `sales-*@acme.com`: `*` stands for any run of characters in the local part only.
  */
-import { isDomainName } from "../filters/Patterns.js"
+import { isDomainName } from "../mail/SenderPatterns.js"
 
 const LOCAL_RE = /^[a-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}$/
 

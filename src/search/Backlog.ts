@@ -17,7 +17,7 @@ import { Clock, Duration, Effect, Layer, Option } from "effect"
 import { performance } from "node:perf_hooks"
 import { runJobs } from "../platform/JobRunner.js"
 import { backoff, retryAt } from "../platform/RetryPolicy.js"
-import { embeddingText } from "./Document.js"
+import { embeddingText } from "../mail/SearchDocument.js"
 import { Embedder } from "./Embedder.js"
 import { toBytes } from "./Vectors.js"
 

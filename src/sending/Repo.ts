@@ -6,7 +6,7 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Option } from "effect"
 import type { Position } from "../contract/Paging.js"
-import { extractReplyText } from "../emails/ReplyText.js"
+import { extractReplyText } from "../mail/ReplyText.js"
 import { type OrgScope, scoped } from "../platform/InboxLimit.js"
 import { pageWithTotal } from "../platform/Listing.js"
 import type { SentEmail, SentEmailDetail, SentStatus } from "./Api.js"

@@ -7,13 +7,13 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Option, Schedule } from "effect"
 import { Conflict, NotFound } from "../contract/Errors.js"
 import type { EmailRow } from "../emails/Repo.js"
-import { parseEmail } from "../inbound/Parse.js"
+import { parseEmail } from "../mail/Parse.js"
 import { type Recipient, Recipients } from "../inbound/Recipients.js"
 import type { EventType } from "../inbound/Classify.js"
 import { type InboundMessage, MoreOnEmailStored, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
-import { UNKNOWN_TRUST } from "./Trust.js"
+import { UNKNOWN_TRUST } from "../mail/Trust.js"
 import { AppConfig } from "../platform/Config.js"
-import { documentRow } from "../search/Document.js"
+import { documentRow } from "../mail/SearchDocument.js"
 
 export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mailroom/QuarantineRelease", {
   effect: Effect.gen(function*() {

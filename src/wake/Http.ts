@@ -17,7 +17,7 @@ import { Dns } from "../net/Dns.js"
 import { AppConfig } from "../platform/Config.js"
 import { PAYLOAD_MAX_BYTES } from "./Api.js"
 import { WakeFiring } from "./Firing.js"
-import { wakeAddress } from "./Message.js"
+import { wakeAddress } from "../mail/WakeMessage.js"
 import { toAllowlist, toWake, toWatch, WakesRepo } from "./Repo.js"
 import { checkSchedule } from "./Schedule.js"
 

@@ -4,7 +4,7 @@
  * stream's documentation are generated from these same schemas.
  */
 import { JSONSchema, Schema, SchemaAST } from "effect"
-import { TrustSchema } from "../trust/Trust.js"
+import { TrustSchema } from "../mail/Trust.js"
 
 const jsonId = (id: string) => ({ [SchemaAST.JSONIdentifierAnnotationId]: id })
 

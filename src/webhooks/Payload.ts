@@ -6,7 +6,7 @@
 import { Schema } from "effect"
 import { randomToken } from "../platform/Secrets.js"
 import { EmailEventSchema } from "./Events.js"
-import type { Trust } from "../trust/Trust.js"
+import type { Trust } from "../mail/Trust.js"
 
 export const TEXT_LIMIT_BYTES = 256 * 1024
 

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import nodemailer from "nodemailer"
-import { parseEmail } from "../../src/inbound/Parse.js"
+import { parseEmail } from "../../src/mail/Parse.js"
 import { fetchReply } from "../support/http.js"
 import {
   baseEnv,

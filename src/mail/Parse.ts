@@ -11,7 +11,7 @@ import {
   MailParser,
   type MessageText
 } from "mailparser"
-import { sniff, SNIFF_BYTES } from "../trust/Sniff.js"
+import { sniff, SNIFF_BYTES } from "./Sniff.js"
 
 export interface ParsedAttachment {
   readonly filename: string | null

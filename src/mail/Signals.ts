@@ -4,7 +4,7 @@
  * "this is an attack": the rules are tuned so ordinary mail (newsletters, receipts, replies,
  * non-English text, emoji) raises none, which test/trust.test.ts measures on a fixture corpus.
  */
-import type { ParsedEmail } from "../inbound/Parse.js"
+import type { ParsedEmail } from "./Parse.js"
 import { readHtml } from "./Html.js"
 import { isArchive, isExecutable } from "./Sniff.js"
 

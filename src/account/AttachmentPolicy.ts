@@ -5,8 +5,8 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import type { ParsedAttachment } from "../inbound/Parse.js"
-import { matchesType } from "./Sniff.js"
+import type { ParsedAttachment } from "../mail/Parse.js"
+import { matchesType } from "../mail/Sniff.js"
 
 const TypeName = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)).annotations({
   description: "a MIME type (application/pdf), a family (image/*), a kind (exe, elf, zip, rar, 7z, pdf, png, …) or the groups " +

@@ -28,7 +28,7 @@ import { EmbedderLive } from "../src/search/Embedder.js"
 import { SearchRepo } from "../src/search/Repo.js"
 import { Search } from "../src/search/Search.js"
 import { toBytes, VectorIndex } from "../src/search/Vectors.js"
-import { uuid7 } from "../src/threads/Threading.js"
+import { uuid7 } from "../src/mail/Threading.js"
 import { testConfigLayer } from "../test/support/harness.js"
 import { arg, percentile, provision, scratch } from "./bench-support.js"
 

@@ -21,7 +21,7 @@ import { samples } from "./support/mailSamples.js"
 import { addressOf, type FacilitatorStub, grantPayments, type Requirements, signPayment, startFacilitatorStub } from "./support/payments.js"
 import { startReceiver } from "./support/receiver.js"
 import { arf, dsn } from "./support/reports.js"
-import { Verp } from "../src/bounces/Verp.js"
+import { Verp } from "../src/mail/Verp.js"
 
 class Stub extends Context.Tag("test/FacilitatorStub")<Stub, FacilitatorStub>() {}
 

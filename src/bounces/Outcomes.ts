@@ -9,8 +9,8 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
-import { OrgEvents } from "../deliveries/OrgEvents.js"
-import { parseMailbox } from "../sending/Addresses.js"
+import { OrgEvents } from "../events/OrgEvents.js"
+import { parseMailbox } from "../mail/Addresses.js"
 import type { SentRow } from "../sending/Repo.js"
 import { parseReport, type Report } from "./Reports.js"
 import { type BounceRecord, SuppressionsRepo } from "./Repo.js"

@@ -7,7 +7,7 @@
 import { Effect } from "effect"
 import { createHash } from "node:crypto"
 import { CannotSendFromDomain, DiscardNotEnabled } from "../contract/Errors.js"
-import { formatMailbox } from "../sending/Addresses.js"
+import { formatMailbox } from "../mail/Addresses.js"
 import type { SendMail, SentEmail } from "../sending/Api.js"
 import { sendInputOf } from "../sending/Batch.js"
 import { validateSend } from "../sending/Sender.js"

@@ -18,7 +18,7 @@ import { AppConfig } from "../platform/Config.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
 import { randomToken } from "../platform/Secrets.js"
-import { type DkimRecord, DkimKeys } from "../sending/Dkim.js"
+import { type DkimRecord, DkimKeys } from "./Dkim.js"
 import type { Domain } from "./Api.js"
 import { type DomainRow, DomainsRepo } from "./Repo.js"
 

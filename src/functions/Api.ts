@@ -5,6 +5,7 @@ import { allErrors, DateTimeString, IdempotencyHeaders, Ok, OkList, strict } fro
 import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
+import { FunctionPath, FunctionRef, isFunctionId } from "../contract/Functions.js"
 
 export const CODE_MAX_BYTES = 1024 * 1024
 export const MAX_SECRETS = 50
@@ -15,22 +16,7 @@ export const FunctionName = Schema.String.pipe(
   Schema.pattern(/^[a-z0-9-]{1,64}$/, { message: () => "must be 1-64 characters of a-z, 0-9 and -" })
 ).annotations({ description: "1-64 of [a-z0-9-], unique in the organization" })
 
-const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-
-/** Whether a function reference is an id (else it is a name). */
-export const isFunctionId = (ref: string) => UUID_SHAPE.test(ref)
-
-/**
- * A function in a path: its id or its name. A UUID is always taken as an id (so a function whose
- * name looks like a UUID is reached by its id).
- */
-export const FunctionRef = Schema.String.pipe(
-  Schema.filter((s) => UUID_SHAPE.test(s) || /^[a-z0-9-]{1,64}$/.test(s), {
-    message: () => "must be a function's id (UUID) or its name (1-64 of a-z, 0-9 and -)"
-  })
-).annotations({ description: "the function's id or its name" })
-
-export const FunctionPath = allErrors(Schema.Struct({ id: FunctionRef }))
+export { FunctionPath, FunctionRef, isFunctionId }
 
 const Code = Schema.String.pipe(Schema.minLength(1, { message: () => "must not be empty" })).annotations({
   description: "the ES module source (at most 1 MiB): its default export has `async fetch(request, env)`"

@@ -25,7 +25,7 @@ import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipie
 import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { InboundStore } from "./Store.js"
 import { judgeAttachments } from "../account/AttachmentPolicy.js"
-import { BounceIntake } from "../bounces/Intake.js"
+import { BounceIntake } from "./BounceIntake.js"
 
 export const MAX_MESSAGE_BYTES = 30 * 1024 * 1024
 export const MAX_RECIPIENTS = 100

@@ -4,7 +4,7 @@ import { Schema } from "effect"
 import { allErrors, DateTimeString, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { Authentication } from "../contract/Security.js"
-import { FunctionPath, FunctionRef } from "../functions/Api.js"
+import { FunctionPath, FunctionRef } from "../contract/Functions.js"
 
 export const MemoryScopeName = Schema.Literal("org", "function")
 

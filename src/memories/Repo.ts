@@ -7,7 +7,7 @@ import { sqlState, STORAGE_QUOTA_SQLSTATE } from "../platform/SqlErrors.js"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
 import { Conflict } from "../contract/Errors.js"
-import { isFunctionId } from "../functions/Api.js"
+import { isFunctionId } from "../contract/Functions.js"
 
 export const KEY_MAX_BYTES = 512
 export const VALUE_MAX_BYTES = 64 * 1024

@@ -5,7 +5,7 @@
  * envelope only, never in the headers.
  */
 import nodemailer from "nodemailer"
-import type { DkimSigning } from "./Dkim.js"
+import type { DkimSigning } from "../domains/Dkim.js"
 import type { ContentRow } from "./Repo.js"
 
 const builder = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: "crlf" })

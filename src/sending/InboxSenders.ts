@@ -8,7 +8,7 @@ import { Effect, Option } from "effect"
 import { Forbidden } from "../contract/Errors.js"
 import type { Principal } from "../contract/Security.js"
 import { inboxesOf } from "../platform/InboxLimit.js"
-import { parseMailbox } from "./Addresses.js"
+import { parseMailbox } from "../mail/Addresses.js"
 
 /** The addresses of the key's inboxes in the key's order; undefined for a caller with no inbox limit. */
 const addressesOf = (sql: SqlClient.SqlClient, p: Principal) =>

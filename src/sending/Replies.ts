@@ -13,7 +13,7 @@ import { InboundNotRepliable, NotFound } from "../contract/Errors.js"
 import { type OrgScope, orgOf, scoped } from "../platform/InboxLimit.js"
 import { canSendFrom, sendableAddresses } from "../registries/Senders.js"
 import type { ForwardMail, ReplyMail } from "./Api.js"
-import { asList } from "./Addresses.js"
+import { asList } from "../mail/Addresses.js"
 import type { SendInput } from "./Sender.js"
 
 interface OriginalRow {

@@ -5,7 +5,7 @@ import { allErrors, DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, stri
 import { Wire } from "../contract/Errors.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
-import { FunctionPath } from "../functions/Api.js"
+import { FunctionPath } from "../contract/Functions.js"
 
 export const PAYLOAD_MAX_BYTES = 16 * 1024
 export const MAX_ALLOWED_SENDERS = 100

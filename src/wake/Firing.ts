@@ -12,7 +12,7 @@ import { analyze } from "../inbound/Analyze.js"
 import { Recipients } from "../inbound/Recipients.js"
 import { InboundStore } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
-import { DkimKeys } from "../sending/Dkim.js"
+import { DkimKeys } from "../domains/Dkim.js"
 import { commandOf, composeWake, useKeyOf, WAKE_SENDER_LOCAL, wakeAddress } from "../mail/WakeMessage.js"
 import { payloadOf, type WakeRow } from "./Repo.js"
 

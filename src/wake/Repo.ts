@@ -3,7 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
-import { THREADED_TABLES } from "../threads/Threading.js"
+import { THREADED_TABLES } from "../mail/Threading.js"
 import type { ThreadWatch, Wake, WakeAllowlist } from "./Api.js"
 import { checkSchedule, type ScheduleKind, scheduleObject } from "./Schedule.js"
 

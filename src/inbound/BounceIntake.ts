@@ -8,9 +8,9 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
-import { type Recipient, Recipients } from "../inbound/Recipients.js"
-import { Outcomes } from "./Outcomes.js"
-import { Verp } from "./Verp.js"
+import { type Recipient, Recipients } from "./Recipients.js"
+import { Outcomes } from "../bounces/Outcomes.js"
+import { Verp } from "../mail/Verp.js"
 
 export type RcptCheck =
   | { readonly _tag: "NotVerp" }

@@ -15,8 +15,8 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Either, Schema } from "effect"
 import { schemaOf } from "../webhooks/Events.js"
 import { newEventId } from "../webhooks/Payload.js"
-import { EventLog } from "../events/Log.js"
-import { DeliveryQueue } from "./Queue.js"
+import { EventLog } from "./Log.js"
+import { DeliveryQueue } from "../deliveries/Queue.js"
 
 export interface OrgEvent {
   readonly orgId: string

@@ -47,6 +47,7 @@ import { SearchHttpLive } from "./search/Http.js"
 import { Recipients } from "./inbound/Recipients.js"
 import { SmtpServerLive } from "./inbound/SmtpServer.js"
 import { LocalReceiverLive } from "./inbound/Local.js"
+import { WakeIntakeLive } from "./inbound/WakeIntake.js"
 import { InboxHttpLive } from "./inbox/Http.js"
 import { ListenHttpLive } from "./listen/Http.js"
 import { MemoriesHttpLive } from "./memories/Http.js"
@@ -62,7 +63,9 @@ import { EmailRail, EmailRailHookLive, EmailRailWorkerLive, type EmailRailWorker
 import { SettlementReconcilerLive } from "./payments/Reconciler.js"
 import { Mailer } from "./mail/Mailer.js"
 import { SendingHttpLive } from "./sending/Http.js"
+import { SendApprovalLive } from "./drafts/SendApproval.js"
 import { SuppressionsHttpLive } from "./bounces/Http.js"
+import { SendOutcomesLive } from "./bounces/SendOutcomes.js"
 import { OutboundRelay } from "./sending/Relay.js"
 import { LocalDelivery } from "./sending/LocalDelivery.js"
 import { SendSchedulerLive, type SendSchedulerOptions } from "./sending/Scheduler.js"
@@ -154,6 +157,8 @@ const deliveryServicesOver = (localDelivery: Layer.Layer<LocalDelivery>) => Laye
   // Payments: the HTTP flow's handlers and the email rail's ingestion and workers share one service.
   PaymentsEmailLive
 ).pipe(
+  // The send path's outcome events and suppression list, from the bounce area (src/sending/Outcomes.ts).
+  Layer.provide(SendOutcomesLive),
   // The send path reports refused loops (send.loop_detected) through OrgEvents.
   Layer.provide([RouteResolver.Default, DeliveryQueue.Default, FunctionInvoker.Default, RegistryDirectory.Default, OrgEvents.Default]),
   Layer.provide(localDelivery),
@@ -161,13 +166,13 @@ const deliveryServicesOver = (localDelivery: Layer.Layer<LocalDelivery>) => Laye
 )
 
 /**
- * The delivery pipeline's services with the local receiver registered into the send path's port,
+ * The delivery pipeline's services with the local receiver registered into the send path's port
+ * (and the wake firing's way into the inbound pipeline, src/wake/Intake.ts),
  * once the hooks stored with each email exist (sending/LocalDelivery.ts says why it is bound late):
  * every composition of the service delivers mail for its own addresses internally.
  */
 export const deliveryServices = (localDelivery: Layer.Layer<LocalDelivery> = LocalDelivery.Live) =>
-  LocalReceiverLive.pipe(
-    Layer.provide(WebhookSecrets.Default),
+  Layer.merge(LocalReceiverLive.pipe(Layer.provide(WebhookSecrets.Default)), WakeIntakeLive).pipe(
     Layer.provideMerge(deliveryServicesOver(localDelivery))
   )
 
@@ -199,7 +204,8 @@ const AreaHandlers = [
   DemoHttpLive,
   ThreadsHttpLive,
   SearchHttpLive,
-  SendingHttpLive,
+  // Sends held for approval are the drafts area's (src/sending/Approval.ts).
+  SendingHttpLive.pipe(Layer.provide(SendApprovalLive)),
   SuppressionsHttpLive,
   EventsHttpLive,
   ApiKeysHttpLive,

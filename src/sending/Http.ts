@@ -8,6 +8,7 @@ import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { LIMITS } from "../contract/Plans.js"
 import { CurrentPrincipal, type Principal } from "../contract/Security.js"
 import { ValidationError } from "../contract/Errors.js"
+import { SendApproval } from "./Approval.js"
 import { SCHEDULE_MAX_DAYS } from "./Api.js"
 import { sendBatch, sendInputOf } from "./Batch.js"
 import { OutboundRelay } from "./Relay.js"
@@ -15,8 +16,6 @@ import { checkInboxSender, limitedDefaultFrom } from "./InboxSenders.js"
 import { forwardInput, replyInput } from "./Replies.js"
 import { type SentRow, SendingRepo, toSentEmail, toSentEmailDetail } from "./Repo.js"
 import { Sender, type SendInput } from "./Sender.js"
-import { Approvals } from "../drafts/Approvals.js"
-import { DraftsRepo } from "../drafts/Repo.js"
 
 const noSent = (id: string) => new NotFound({ message: `no sent email ${id}` })
 
@@ -40,7 +39,7 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     const caller = Effect.map(CurrentPrincipal, (p) => p.orgId)
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
-    const approvals = yield* Approvals
+    const approvals = yield* SendApproval
 
     /** Sends now, or holds the send as a draft when the account's send_approval asks for it. */
     const sendOrHold = (principal: Principal, input: SendInput) =>
@@ -149,4 +148,4 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
             scheduled
           }
         }))
-  })).pipe(Layer.provide(SendingRepo.Default), Layer.provide(Approvals.Default), Layer.provide(DraftsRepo.Default))
+  })).pipe(Layer.provide(SendingRepo.Default))

@@ -41,8 +41,7 @@ import { LocalDelivery, sendSplit } from "./LocalDelivery.js"
 import { OutboundRelay, type RelayError } from "./Relay.js"
 import { type ContentRow, type SentRow, SendingRepo, type StoredAttachment } from "./Repo.js"
 import { Threading } from "../mail/Threading.js"
-import { Outcomes } from "../bounces/Outcomes.js"
-import { SuppressionsRepo } from "../bounces/Repo.js"
+import { SendOutcomes } from "./Outcomes.js"
 import { Verp } from "../mail/Verp.js"
 
 export const GATE_DOCS_PATH = "/docs#tag/sending"
@@ -248,8 +247,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     const config = yield* AppConfig
     const orgEvents = yield* OrgEvents
     const verp = yield* Verp
-    const outcomes = yield* Outcomes
-    const suppressions = yield* SuppressionsRepo
+    const outcomes = yield* SendOutcomes
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     const leaseMs = Duration.toMillis(config.outboundTimeout) + 30_000
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
@@ -342,7 +340,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     /** 422 `recipient_suppressed` when a recipient hard-bounced or complained (GET /suppressions). */
     const checkSuppressed = (orgId: string, recipients: ReadonlyArray<string>) =>
       Effect.gen(function*() {
-        const found = yield* suppressions.suppressedAmong(orgId, recipients.map((a) => a.toLowerCase()))
+        const found = yield* outcomes.suppressedAmong(orgId, recipients.map((a) => a.toLowerCase()))
         if (found.size === 0) return
         const addresses = [...found].sort()
         return yield* new RecipientSuppressed({
@@ -644,7 +642,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
 
     return { submit, submitAs, deliver, checkQuota, orgFacts, defaultFrom } as const
   }),
-  dependencies: [SendingRepo.Default, OutboundRelay.Default, DkimKeys.Default, Verp.Default, Outcomes.Default, SuppressionsRepo.Default]
+  dependencies: [SendingRepo.Default, OutboundRelay.Default, DkimKeys.Default, Verp.Default]
 }) {}
 
 /** The wire code of an error of the table. */

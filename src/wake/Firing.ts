@@ -8,12 +8,10 @@
 import { SqlClient } from "@effect/sql"
 import { Clock, Data, Effect, Option } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
-import { analyze } from "../inbound/Analyze.js"
-import { Recipients } from "../inbound/Recipients.js"
-import { InboundStore } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
 import { DkimKeys } from "../domains/Dkim.js"
 import { commandOf, composeWake, useKeyOf, WAKE_SENDER_LOCAL, wakeAddress } from "../mail/WakeMessage.js"
+import { WakeIntake } from "./Intake.js"
 import { payloadOf, type WakeRow } from "./Repo.js"
 
 /**
@@ -37,8 +35,7 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
   effect: Effect.gen(function*() {
     const config = yield* AppConfig
     const secrets = yield* WebhookSecrets
-    const recipients = yield* Recipients
-    const store = yield* InboundStore
+    const intake = yield* WakeIntake
     const sql = yield* SqlClient.SqlClient
     const domain = config.managedInboxDomain
     const dkim = yield* DkimKeys
@@ -68,29 +65,18 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
         const stored = yield* sql<{ id: string }>`SELECT id FROM emails WHERE org_id = ${wake.org_id} AND message_id = ${messageId} LIMIT 1`
           .pipe(Effect.orDie)
         if (stored[0] !== undefined) return stored[0].id
-        const recipient = yield* recipients.lookup(wakeAddress(wake.function_id, domain))
+        const recipient = yield* intake.lookup(wakeAddress(wake.function_id, domain))
         if (Option.isNone(recipient) || recipient.value.orgId !== wake.org_id) {
           return yield* new FiringFailed({ reason: "the function no longer exists", retry: false })
         }
-        const analysis = yield* Effect.promise(() => analyze(raw, null))
         const command = yield* Effect.promise(() => commandOf(raw))
         if ("problem" in command) return yield* Effect.dieMessage(`a composed wake email has no command: ${command.problem}`)
         // Used once: the same signed email mailed in later is a replay (SmtpServer refuses it).
         yield* claimWakeCommand(wake.org_id, useKeyOf(command)!).pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.orDie)
-        const copies = yield* store.store({
-          raw,
-          envelopeFrom: `${WAKE_SENDER_LOCAL}@${domain}`,
-          clientAddress: null,
-          helo: null,
-          ...analysis,
-          command
-        }, [recipient.value]).pipe(
-          Effect.catchTag("StorageQuotaExceeded", () =>
-            Effect.fail(new FiringFailed({ reason: "the organization's storage is full", retry: true }))),
-          // The database being away is no reason to give up: the lease expires and the firing is retried.
-          Effect.catchTag("SqlError", Effect.die)
+        return yield* recipient.value.receive({ raw, envelopeFrom: `${WAKE_SENDER_LOCAL}@${domain}`, command }).pipe(
+          Effect.catchTag("WakeStorageFull", () =>
+            Effect.fail(new FiringFailed({ reason: "the organization's storage is full", retry: true })))
         )
-        return copies[0]!.id
       })
 
     return { fire } as const

@@ -1,0 +1,17 @@
+/**
+ * The port through which the send path reports what became of a send and asks which recipients
+ * are suppressed. Both are the bounce area's (its events and its suppression list), which sits above
+ * sending because it reads sent emails: bounces implement the port (src/bounces/SendOutcomes.ts) and
+ * the composition root (src/Server.ts) wires it.
+ */
+import { Context, type Effect } from "effect"
+import type { SentRow } from "./Repo.js"
+
+export class SendOutcomes extends Context.Tag("mailroom/SendOutcomes")<SendOutcomes, {
+  /** `email.sent`: the relay took the message. */
+  readonly sent: (row: SentRow, relayResponse: string | null) => Effect.Effect<void>
+  /** `email.delivery_delayed` from the relay: a temporary failure, tried again at `retryAt`. */
+  readonly relayDelayed: (row: SentRow, smtpCode: number | null, diagnostic: string, retryAt: Date) => Effect.Effect<void>
+  /** Which of these (lower-case) addresses the organization's suppression list holds. */
+  readonly suppressedAmong: (orgId: string, addresses: ReadonlyArray<string>) => Effect.Effect<ReadonlySet<string>>
+}>() {}

@@ -1,5 +1,5 @@
 /**
- * Cost of the trust signal rules (src/trust/Signals.ts) per 10 KB message, parse excluded (ingestion
+ * Cost of the trust signal rules (src/mail/Signals.ts) per 10 KB message, parse excluded (ingestion
  * parses anyway). Two corpora from test/fixtures/trust: "typical", each fixture padded to about
  * 10 KB with ordinary prose (and paragraphs, for HTML); "dense", each fixture repeated to 10 KB, so
  * its trigger words, links and styles recur every few hundred bytes (a worst case). CPU time, not

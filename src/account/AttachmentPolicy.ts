@@ -1,7 +1,8 @@
 /**
  * The account's attachment policy: how many attachments, how large, which types (judged from the
- * content's bytes, Sniff.ts; the declared type only where the bytes tell nothing), and what happens
- * to mail that breaks it: `reject` refuses it at DATA (`552 5.3.4`), `quarantine` stores it held back.
+ * content's bytes, src/mail/Sniff.ts; the declared type only where the bytes tell nothing), and what
+ * happens to mail that breaks it: `reject` refuses it at DATA (`552 5.3.4`), `quarantine` stores it
+ * held back.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"

@@ -1,7 +1,7 @@
 /**
  * What happens to a sent email after the relay took it, as events and state: `email.sent` and
  * `email.delivery_delayed` from the send path, and `email.bounced`, `email.complained` (and a DSN's
- * `delayed`) from reports received at the send's VERP return path (Verp.ts, Reports.ts). A hard
+ * `delayed`) from reports received at the send's VERP return path (src/mail/Verp.ts, Reports.ts). A hard
  * bounce or a complaint puts the recipient on the organization's suppression list.
  *
  * Only recipients of the sent email are ever suppressed: a report naming another address (a

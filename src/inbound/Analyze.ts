@@ -19,7 +19,7 @@ export interface Analysis {
   readonly knownFrom: string | null
   readonly spam: SpamVerdict
   readonly event: EventType
-  /** Trust signals the content raises (src/trust/Signals.ts). */
+  /** Trust signals the content raises (src/mail/Signals.ts). */
   readonly signals: ReadonlyArray<Signal>
 }
 

@@ -2,9 +2,9 @@
  * The inbound SMTP side of VERP: a recipient of the form `bounces+<token>@<managed domain>` is a
  * return path, not a mailbox. A token that does not verify is refused at RCPT (`550 5.1.1`: nothing
  * matched, nothing stored). A verified one is accepted; at DATA the message is read as a DSN or ARF
- * report and applied to the sent email (Outcomes.ts). A message there that is not a readable report
- * is kept as ordinary mail in the sending organization's default inbox, so nothing sent to a return
- * path is silently lost.
+ * report and applied to the sent email (src/bounces/Outcomes.ts). A message there that is not a
+ * readable report is kept as ordinary mail in the sending organization's default inbox, so nothing
+ * sent to a return path is silently lost.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"

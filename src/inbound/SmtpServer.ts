@@ -39,7 +39,7 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
   const recipients = yield* Recipients
   const store = yield* InboundStore
   const bounces = yield* BounceIntake
-  // Sent emails whose VERP return paths this transaction was addressed to (src/bounces/Intake.ts).
+  // Sent emails whose VERP return paths this transaction was addressed to (src/inbound/BounceIntake.ts).
   const returned = new Map<string, Array<string>>()
   const runtime = yield* Effect.runtime<never>()
   const run = Runtime.runPromise(runtime)

@@ -50,9 +50,9 @@ export interface InboundMessage {
   readonly event: EventType
   /** The wake command the message carries (its `application/json` part), for copies to wake addresses. */
   readonly command: CommandPart | null
-  /** Trust signals of its content (src/trust/Signals.ts). */
+  /** Trust signals of its content (src/mail/Signals.ts). */
   readonly signals: ReadonlyArray<string>
-  /** Organizations whose attachment policy quarantines this message (src/trust/AttachmentPolicy.ts). */
+  /** Organizations whose attachment policy quarantines this message (src/account/AttachmentPolicy.ts). */
   readonly policyQuarantine?: ReadonlyArray<string>
 }
 
@@ -63,7 +63,7 @@ export const eventOf = (recipient: Recipient, message: InboundMessage): EventTyp
 export interface StoredEmail {
   readonly id: string
   readonly orgId: string
-  /** The conversation it joins (src/threads/Threading.ts). */
+  /** The conversation it joins (src/mail/Threading.ts). */
   readonly threadId: string
   readonly recipient: Recipient
   /** quarantined: held back by a quarantine filter or the attachment policy (stored, not delivered). */

@@ -19,7 +19,7 @@ export interface ParsedAttachment {
   readonly size_bytes: number
   readonly content_id: string | null
   readonly disposition: string | null
-  /** What the content is, from its first bytes (src/trust/Sniff.ts); null when unknown. */
+  /** What the content is, from its first bytes (src/mail/Sniff.ts); null when unknown. */
   readonly kind?: string | null
 }
 

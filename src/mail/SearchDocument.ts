@@ -41,7 +41,7 @@ export interface SearchDocumentInput {
   readonly subject: string | null
   readonly text: string | null
   readonly html: string | null
-  /** The reply text (src/emails/ReplyText.ts): ranked above the rest of the body. */
+  /** The reply text (src/mail/ReplyText.ts): ranked above the rest of the body. */
   readonly extractedText?: string | null
 }
 

@@ -1,7 +1,8 @@
 /**
  * The trust annotation every stored email carries (API and payloads): who is proven to have sent
- * it and what its content raises. Facts about the sender are taken as the mail arrives: `sender_known`
- * says the organization knew the address before this message, not after it.
+ * it and what its content raises. Facts about the sender are taken as the mail arrives
+ * (src/inbound/SenderFacts.ts): `sender_known` says the organization knew the address before this
+ * message, not after it.
  */
 import { Schema } from "effect"
 import { SIGNALS } from "./Signals.js"

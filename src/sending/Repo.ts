@@ -65,7 +65,7 @@ export interface SentRow {
 export interface ContentRow {
   readonly text_body: string | null
   readonly html_body: string | null
-  /** The reply text (src/emails/ReplyText.ts), computed when the row is written; absent on a new row's content. */
+  /** The reply text (src/mail/ReplyText.ts), computed when the row is written; absent on a new row's content. */
   readonly extracted_text?: string | null
   readonly headers: Record<string, string>
   readonly attachments: ReadonlyArray<StoredAttachment>
@@ -95,7 +95,7 @@ export interface NewSentEmail {
   readonly discardContent: boolean
   readonly automated: boolean
   readonly content: ContentRow
-  /** The conversation it joins (src/threads/Threading.ts) and the threads it merges, applied with it. */
+  /** The conversation it joins (src/mail/Threading.ts) and the threads it merges, applied with it. */
   readonly threadId: string
   readonly merges: ReadonlyArray<Statement.Fragment>
 }

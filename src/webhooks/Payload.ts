@@ -48,7 +48,7 @@ export interface EmailPayload {
   readonly references: ReadonlyArray<string>
   readonly text: string | null
   readonly html: string | null
-  /** The new text without quoted history or signature (src/emails/ReplyText.ts). */
+  /** The new text without quoted history or signature (src/mail/ReplyText.ts). */
   readonly extracted_text: string | null
   readonly headers: Readonly<Record<string, string>>
   readonly size_bytes: number

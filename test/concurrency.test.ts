@@ -7,7 +7,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { Provisioning } from "../src/identity/Provisioning.js"
-import { API_RATE_LIMIT } from "../src/platform/RequestPipeline.js"
+import { API_RATE_LIMIT } from "../src/platform/RateLimits.js"
 import { extraServer, makeManualClock, testDatabase, testServerOn } from "./support/harness.js"
 import { call, fetchReply } from "./support/http.js"
 

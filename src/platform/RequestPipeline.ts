@@ -7,109 +7,26 @@
  * create something; actions run every time unless the caller sends a key). It runs before routing,
  * so even 401s and 404s carry the `ratelimit-*` headers. It also applies the handlers' pre-response hooks itself (`finalize`), so it
  * holds the exact final response before it is written: idempotency records store what was sent.
+ * This module orders the steps and counts requests in progress; the rules of each step are in
+ * `RateLimits`, `Shedding`, `BodyLimits` and `IdempotentRequest`.
  */
-import { HttpApp, HttpIncomingMessage, type HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpApp, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { ResponseError } from "@effect/platform/HttpServerError"
 import { Cause, Effect, FiberRef, LogLevel, Option, Stream } from "effect"
 import type { BlockList } from "node:net"
-import { Conflict, envelopeOf, PayloadTooLarge, RateLimited, ServiceUnavailable, ValidationError } from "../contract/Errors.js"
 import type { Principal } from "../contract/Security.js"
 import { bearerToken } from "./Authentication.js"
 import { Admission } from "./Admission.js"
+import { bodyLimitOf, DRAIN_MAX_BYTES, tooLarge } from "./BodyLimits.js"
 import { clientAddress } from "./ClientAddress.js"
 import { internalErrorResponse } from "./ErrorMapping.js"
-import { bodyHash, type CreatesResource, Idempotency, type KeyRef, type StoredResponse } from "./Idempotency.js"
-import { type Decision, rateLimitHeaders } from "./RateLimiter.js"
+import type { CreatesResource, Idempotency } from "./Idempotency.js"
+import { idempotent } from "./IdempotentRequest.js"
+import { type App, finalize, type Services, withRequestId } from "./PipelineResponse.js"
+import { API_RATE_LIMIT, DEMO_RATE_LIMIT, isDemo, isExempt, limited, withLimitHeaders } from "./RateLimits.js"
 import { pathOf, RequestId, ResolvedPrincipal } from "./RequestContext.js"
 import { PREFIX, randomToken } from "./Secrets.js"
-
-export const API_RATE_LIMIT = { limit: 120, windowSeconds: 60 } as const
-
-/**
- * The public demo sandbox has a window of its own per client address: trying the demo never uses
- * up an organization's window (a credential sent along is ignored there), and it is never idempotent
- * storage either, since none of its operations changes anything.
- */
-export const DEMO_RATE_LIMIT = { limit: 60, windowSeconds: 60 } as const
-export const isDemo = (path: string) => path.startsWith("/v1/demo/")
-
-/**
- * Exempt from every limiter. Of the `/device` page only its static assets are: a look-up
- * of a user code is counted here and by the page's own per-address and per-code limits.
- */
-export const isExempt = (method: string, path: string) =>
-  path === "/v1/health" || path === "/v1/openapi.json" || path === "/v1/discovery" || path === "/docs" || path.startsWith("/docs/") ||
-  path === "/auth.md" || path === "/llms.txt" || path.startsWith("/.well-known/") ||
-  (method === "GET" && path.startsWith("/device/assets/"))
-
-/** Largest request body the API reads. */
-export const MAX_BODY_BYTES = 1024 * 1024
-/** Deploying a function carries up to 1 MiB of module source, which JSON escaping can multiply. */
-export const FUNCTIONS_MAX_BODY_BYTES = 8 * 1024 * 1024
-/** Outgoing mail carries up to 10 MiB of attachments, base64-encoded in the JSON body. */
-export const SEND_MAX_BODY_BYTES = 16 * 1024 * 1024
-const SENDS = /^\/v1\/(send-mail|emails\/[^/]+\/reply)$/
-/** The MCP endpoint carries what the operations its tools call carry (sends, function code). */
-const bodyLimitOf = (path: string) =>
-  path.startsWith("/v1/functions") ? FUNCTIONS_MAX_BODY_BYTES : SENDS.test(path) || path === "/mcp" ? SEND_MAX_BODY_BYTES : MAX_BODY_BYTES
-
-/**
- * A declared body past the limit is read and discarded up to this many bytes, then answered 413 on
- * a connection that stays usable; a larger one is answered at once and the connection closed.
- */
-const DRAIN_MAX_BYTES = 64 * 1024 * 1024
-
-const tooLarge = (limit: number, close: boolean) =>
-  json(
-    envelopeOf(
-      new PayloadTooLarge({
-        message: `body: larger than the ${limit} bytes this operation reads`,
-        details: { limit_bytes: limit }
-      })
-    ),
-    413,
-    close ? { connection: "close" } : {}
-  )
-
-const json = (body: unknown, status: number, headers: Record<string, string>) =>
-  HttpServerResponse.unsafeJson(body, { status, headers })
-
-const responseBytes = (res: HttpServerResponse.HttpServerResponse): Uint8Array | undefined =>
-  res.body._tag === "Uint8Array" ? res.body.body : res.body._tag === "Empty" ? new Uint8Array() : undefined
-
-/** A response that hands out a credential (a new API key, tokens) is marked no-store. */
-const carriesCredential = (headers: Readonly<Record<string, string>>) => (headers["cache-control"] ?? "").includes("no-store")
-
-/** Which finished results an idempotency record keeps. */
-const storable = (ref: KeyRef, res: HttpServerResponse.HttpServerResponse, bytes: Uint8Array) => {
-  // A derived key is the same for every caller of one scope sending the same body: it never
-  // stands for a credential-bearing result, so a second such caller gets one of its own.
-  if (ref.derived) return res.status >= 200 && res.status < 300 && !carriesCredential(res.headers)
-  // An outbound relay's answer is kept whatever its status: the message may be in flight (a
-  // timeout) or was recorded as failed, and a retry with the key must not send it a second time.
-  if (res.status >= 500) return errorCodeOf(bytes)?.startsWith("outbound_") === true
-  // A 415 is about the request's headers, which the key does not cover: the corrected retry must run.
-  if (res.status === 429 || res.status === 415) return false
-  if (res.status === 400) {
-    const code = errorCodeOf(bytes)
-    return code !== undefined && code !== "validation_error"
-  }
-  return true
-}
-
-const errorCodeOf = (bytes: Uint8Array): string | undefined => {
-  try {
-    const code = JSON.parse(new TextDecoder().decode(bytes))?.error?.code
-    return typeof code === "string" ? code : undefined
-  } catch {
-    return undefined
-  }
-}
-
-const REPLAYED_HEADERS = ["content-type", "location", "cache-control"]
-
-type Services = HttpRouter.HttpRouter.DefaultServices | HttpServerRequest.HttpServerRequest
-type App = HttpApp.Default<never, Services>
+import { callerShareOf, isShedExempt, overShare, shed, unhealthy } from "./Shedding.js"
 
 export interface PipelineOptions {
   /** The operations whose POSTs get a derived idempotency key (see `creatingOperations`). */
@@ -119,58 +36,6 @@ export interface PipelineOptions {
   /** Peers believed about the client address they forward (`TRUSTED_PROXIES`). */
   readonly trustedProxies: BlockList | undefined
 }
-
-/**
- * Not shed under overload: the health probe is one trivial query, and a load balancer that saw
- * 503s from it would take a busy but working instance out of service, moving its load onto the others.
- */
-const isShedExempt = (path: string) => path === "/v1/health"
-
-/** Seconds a shed client is asked to wait: the overload is a queue of requests lasting well under that. */
-const SHED_RETRY_AFTER_SECONDS = 1
-
-/**
- * Requests one caller (an organization, or a client address without a valid credential) may have
- * in progress at once: a quarter of the cap, so one caller never holds the whole process.
- */
-export const callerShareOf = (maxInflight: number) => Math.max(1, Math.floor(maxInflight / 4))
-
-const overShare = (share: number) =>
-  json(
-    envelopeOf(
-      new RateLimited({
-        message: `at most ${share} requests of one organization (or client address) are worked on at once; retry in ${SHED_RETRY_AFTER_SECONDS} s`,
-        details: { limit: share, retry_after: SHED_RETRY_AFTER_SECONDS }
-      })
-    ),
-    429,
-    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
-  )
-
-/** The health probe while no request is admitted: the instance is full, a balancer should look elsewhere. */
-const unhealthy = (maxInflight: number) =>
-  json(
-    envelopeOf(
-      new ServiceUnavailable({
-        message: `the service admits no request now (${maxInflight} in progress)`,
-        details: { retry_after: SHED_RETRY_AFTER_SECONDS, inflight: maxInflight }
-      })
-    ),
-    503,
-    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
-  )
-
-const shed = (maxInflight: number) =>
-  json(
-    envelopeOf(
-      new ServiceUnavailable({
-        message: `the service is at capacity (${maxInflight} requests in progress); retry in ${SHED_RETRY_AFTER_SECONDS} s`,
-        details: { retry_after: SHED_RETRY_AFTER_SECONDS }
-      })
-    ),
-    503,
-    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
-  )
 
 export const requestPipeline = (
   app: App,
@@ -354,145 +219,3 @@ export const dispatchAdmitted = (
     Effect.locally(HttpApp.currentPreResponseHandlers, Option.none())
   )
 }
-
-const limited = (decision: Decision) =>
-  json(
-    envelopeOf(
-      new RateLimited({
-        message: `rate limit of ${decision.limit} requests per ${decision.windowSeconds} s exceeded; retry in ${decision.retryAfter} s`,
-        details: { retry_after: decision.retryAfter }
-      })
-    ),
-    429,
-    rateLimitHeaders(decision, true)
-  )
-
-const withRequestId = (response: HttpServerResponse.HttpServerResponse, requestId: string) =>
-  HttpServerResponse.setHeader(response, "x-request-id", requestId)
-
-/** Applies (and consumes) the pre-response hooks registered so far: the response as it will be sent. */
-const finalize = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
-  Effect.gen(function*() {
-    const hooks = yield* FiberRef.get(HttpApp.currentPreResponseHandlers)
-    if (Option.isNone(hooks)) return response
-    yield* FiberRef.set(HttpApp.currentPreResponseHandlers, Option.none())
-    return yield* hooks.value(request, response)
-  })
-
-/** Org-wide values; a per-resource limiter that refuses the request overwrites them with its own. */
-const withLimitHeaders = (d: Decision) =>
-  HttpApp.appendPreResponseHandler((_req, res) => Effect.succeed(HttpServerResponse.setHeaders(res, rateLimitHeaders(d, false))))
-
-const idempotent = (
-  app: App,
-  request: HttpServerRequest.HttpServerRequest,
-  scope: string,
-  derivedScope: string,
-  anonymous: boolean,
-  method: string,
-  path: string
-): Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Services | Idempotency> =>
-  Effect.gen(function*() {
-    const explicit = request.headers["idempotency-key"]
-    if (explicit !== undefined && (explicit.length < 1 || explicit.length > 255)) {
-      return json(
-        envelopeOf(
-          new ValidationError({
-            message: "idempotency-key: must be 1 to 255 characters",
-            details: { issues: [{ field: "idempotency-key", reason: "must be 1 to 255 characters" }] }
-          })
-        ),
-        400,
-        {}
-      )
-    }
-    const raw = yield* Effect.either(request.text)
-    if (raw._tag === "Left") {
-      return json(
-        envelopeOf(
-          new ValidationError({
-            message: `body: unreadable or larger than ${bodyLimitOf(path)} bytes`,
-            details: { issues: [{ field: "body", reason: `unreadable or larger than ${bodyLimitOf(path)} bytes` }] }
-          })
-        ),
-        400,
-        {}
-      )
-    }
-    const hash = bodyHash(raw.right)
-    const ref: KeyRef = explicit !== undefined
-      ? { scope, method, path, key: explicit, derived: false, bodyHash: hash }
-      : { scope: derivedScope, method, path, key: `derived_${hash}`, derived: true, bodyHash: hash }
-    const echo = { "idempotency-key": ref.key }
-
-    const store = yield* Idempotency
-    const claim = yield* store.claim(ref)
-    switch (claim._tag) {
-      case "Replay":
-        // Callers without a credential are told apart only by their address, which many clients
-        // share (a proxy, a NAT), and an Idempotency-Key is no secret between them: a result that
-        // handed out a credential is never replayed to one. The key still ran its request once.
-        if (anonymous && carriesCredential(claim.response.headers)) {
-          return json(
-            envelopeOf(
-              new Conflict({
-                message:
-                  "this Idempotency-Key was already used; its result carried a credential and is not replayed to a caller without one (use a new key to run the request again)",
-                details: { idempotency_key: ref.key }
-              })
-            ),
-            409,
-            echo
-          )
-        }
-        return replay(claim.response, echo)
-      case "InFlight":
-        return json(
-          envelopeOf(
-            new Conflict({
-              message: "a request with this Idempotency-Key is still being processed; retry shortly",
-              details: { idempotency_key: ref.key }
-            })
-          ),
-          409,
-          echo
-        )
-      case "Mismatch":
-        return json(
-          envelopeOf(
-            new Conflict({
-              message: "this Idempotency-Key was already used with a different request body",
-              details: { idempotency_key: ref.key }
-            })
-          ),
-          409,
-          echo
-        )
-      case "Claimed":
-        break
-    }
-
-    const response = yield* app.pipe(Effect.onInterrupt(() => store.release(ref)))
-    const final = yield* finalize(request, response).pipe(Effect.tapErrorCause(() => store.release(ref)))
-    const bytes = responseBytes(final)
-    if (bytes !== undefined && storable(ref, final, bytes)) {
-      const headers: Record<string, string> = {}
-      for (const h of REPLAYED_HEADERS) {
-        const v = final.headers[h]
-        if (v !== undefined) headers[h] = v
-      }
-      // Kept as a marker that the key ran (it is never replayed, see above), without the credential.
-      const body = anonymous && carriesCredential(final.headers) ? new Uint8Array() : bytes
-      yield* store.complete(ref, { status: final.status, headers, body })
-    } else {
-      yield* store.release(ref)
-    }
-    return HttpServerResponse.setHeaders(final, echo)
-  })
-
-const replay = (stored: StoredResponse, echo: Record<string, string>) =>
-  HttpServerResponse.uint8Array(stored.body, {
-    status: stored.status,
-    headers: { ...stored.headers, ...echo, "idempotent-replayed": "true" },
-    ...(stored.headers["content-type"] !== undefined ? { contentType: stored.headers["content-type"] } : {})
-  })

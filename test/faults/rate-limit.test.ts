@@ -15,7 +15,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { API_RATE_LIMIT } from "../../src/platform/RequestPipeline.js"
+import { API_RATE_LIMIT } from "../../src/platform/RateLimits.js"
 import { fetchReply, type Reply } from "../support/http.js"
 import { baseEnv, openDb, provisionOrgs, scratchDb, type ServiceProcess, startService } from "./support.js"
 

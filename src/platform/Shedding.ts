@@ -1,0 +1,59 @@
+/**
+ * Overload answers: past `MAX_INFLIGHT_REQUESTS` a request is shed with 503 at once (the health probe,
+ * never shed, says 503 too), and one caller may hold at most a quarter of that cap (429). Both ask
+ * for a retry after a second. The counting is the pipeline's (`requestPipeline`).
+ */
+import { envelopeOf, RateLimited, ServiceUnavailable } from "../contract/Errors.js"
+import { json } from "./PipelineResponse.js"
+
+/**
+ * Not shed under overload: the health probe is one trivial query, and a load balancer that saw
+ * 503s from it would take a busy but working instance out of service, moving its load onto the others.
+ */
+export const isShedExempt = (path: string) => path === "/v1/health"
+
+/** Seconds a shed client is asked to wait: the overload is a queue of requests lasting well under that. */
+const SHED_RETRY_AFTER_SECONDS = 1
+
+/**
+ * Requests one caller (an organization, or a client address without a valid credential) may have
+ * in progress at once: a quarter of the cap, so one caller never holds the whole process.
+ */
+export const callerShareOf = (maxInflight: number) => Math.max(1, Math.floor(maxInflight / 4))
+
+export const overShare = (share: number) =>
+  json(
+    envelopeOf(
+      new RateLimited({
+        message: `at most ${share} requests of one organization (or client address) are worked on at once; retry in ${SHED_RETRY_AFTER_SECONDS} s`,
+        details: { limit: share, retry_after: SHED_RETRY_AFTER_SECONDS }
+      })
+    ),
+    429,
+    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
+  )
+
+/** The health probe while no request is admitted: the instance is full, a balancer should look elsewhere. */
+export const unhealthy = (maxInflight: number) =>
+  json(
+    envelopeOf(
+      new ServiceUnavailable({
+        message: `the service admits no request now (${maxInflight} in progress)`,
+        details: { retry_after: SHED_RETRY_AFTER_SECONDS, inflight: maxInflight }
+      })
+    ),
+    503,
+    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
+  )
+
+export const shed = (maxInflight: number) =>
+  json(
+    envelopeOf(
+      new ServiceUnavailable({
+        message: `the service is at capacity (${maxInflight} requests in progress); retry in ${SHED_RETRY_AFTER_SECONDS} s`,
+        details: { retry_after: SHED_RETRY_AFTER_SECONDS }
+      })
+    ),
+    503,
+    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
+  )

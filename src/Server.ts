@@ -74,7 +74,7 @@ import { SendingRepo } from "./sending/Repo.js"
 import { Dns } from "./net/Dns.js"
 import { Admission } from "./platform/Admission.js"
 import { AuthenticationLive } from "./platform/Authentication.js"
-import { ScopePolicyLive } from "./policy/Policy.js"
+import { PolicyLive, ScopePolicyLive } from "./policy/Policy.js"
 import { ApiKeysHttpLive } from "./apikeys/Http.js"
 import { DraftsHttpLive } from "./drafts/Http.js"
 import { DraftReviewPageLive } from "./drafts/Page.js"
@@ -229,7 +229,8 @@ export const HttpLive = onNodeHttpServer(
   serveApi.pipe(
     Layer.provide(PagesLive),
     Layer.provide(HttpApiBuilder.middleware(MailroomApi, apiMiddleware(RouteTable.of(MailroomApi)))),
-    Layer.provide(ApiLive)
+    Layer.provide(ApiLive),
+    Layer.provide(PolicyLive)
   )
 )
 

@@ -8,7 +8,7 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Either, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { PlanGate } from "../account/PlanGate.js"
+import { Policy } from "../policy/Policy.js"
 import { Forbidden, MxConflict, NotFound, ValidationError, Conflict } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { ENTITLEMENTS, upgradeHint } from "../contract/Plans.js"
@@ -72,7 +72,7 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
   Effect.gen(function*() {
     const repo = yield* DomainsRepo
     const dns = yield* Dns
-    const plans = yield* PlanGate
+    const plans = yield* Policy
     const limiter = yield* RateLimiter
     const config = yield* AppConfig
     const managed = config.managedInboxDomain.toLowerCase()
@@ -190,7 +190,7 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
           const org = yield* orgId
           const row = yield* owned(org, path.id)
           if (payload.spam_threshold !== undefined) {
-            yield* plans.require(org, "spam_thresholds_per_domain", "per-domain spam thresholds")
+            yield* plans.require(org, "domains.spamThresholds")
           }
           if (row.verified_at === null) {
             return yield* new Conflict({ message: `${row.domain} is not verified yet; verify it before changing its settings` })
@@ -207,4 +207,4 @@ export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (han
             onSome: (r) => Effect.succeed(toDomain(r, managed, undefined))
           })
         }))
-  })).pipe(Layer.provide([DomainsRepo.Default, Dns.Default, PlanGate.Default, DkimKeys.Default]))
+  })).pipe(Layer.provide([DomainsRepo.Default, Dns.Default, DkimKeys.Default]))

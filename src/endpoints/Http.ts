@@ -3,7 +3,6 @@ import { HttpApiBuilder, HttpApp, HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { PlanGate } from "../account/PlanGate.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
@@ -62,5 +61,5 @@ export const EndpointsHttpLive = HttpApiBuilder.group(MailroomApi, "endpoints", 
         }))
   })).pipe(
     Layer.provide([EndpointsService.Default, EndpointTester.Default]),
-    Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, PlanGate.Default, Dns.Default, WebhookSecrets.Default])
+    Layer.provide([EndpointsRepo.Default, DomainsRepo.Default, Dns.Default, WebhookSecrets.Default])
   )

@@ -3,7 +3,7 @@
  * handlers and by Routes (which create route-target endpoints for functions).
  */
 import { Effect, Option } from "effect"
-import { PlanGate } from "../account/PlanGate.js"
+import { Policy } from "../policy/Policy.js"
 import { Conflict, Forbidden, NotFound, ValidationError } from "../contract/Errors.js"
 import { LIMITS, upgradeHint } from "../contract/Plans.js"
 import { DomainsRepo } from "../domains/Repo.js"
@@ -20,7 +20,7 @@ export class EndpointsService extends Effect.Service<EndpointsService>()("mailro
   effect: Effect.gen(function*() {
     const repo = yield* EndpointsRepo
     const domains = yield* DomainsRepo
-    const plans = yield* PlanGate
+    const plans = yield* Policy
     const config = yield* AppConfig
     const dns = yield* Dns
 
@@ -43,7 +43,7 @@ export class EndpointsService extends Effect.Service<EndpointsService>()("mailro
       domainId === null ? Effect.void : Effect.gen(function*() {
         const d = yield* domains.find(orgId, domainId)
         if (Option.isNone(d)) return yield* new NotFound({ message: `no domain ${domainId}` })
-        yield* plans.require(orgId, "webhooks_per_domain", "per-domain endpoints")
+        yield* plans.require(orgId, "endpoints.perDomain")
       })
 
     /** The default-destination slot must be free when the endpoint will hold it. */

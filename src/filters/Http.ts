@@ -2,7 +2,7 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { PlanGate } from "../account/PlanGate.js"
+import { Policy } from "../policy/Policy.js"
 import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
@@ -15,7 +15,7 @@ export const FiltersHttpLive = HttpApiBuilder.group(MailroomApi, "filters", (han
   Effect.gen(function*() {
     const repo = yield* FiltersRepo
     const domains = yield* DomainsRepo
-    const plans = yield* PlanGate
+    const plans = yield* Policy
     const registries = yield* RegistriesRepo
     const orgId = Effect.map(CurrentPrincipal, (p) => p.orgId)
     const notFound = (id: string) => new NotFound({ message: `no filter ${id}` })
@@ -28,7 +28,7 @@ export const FiltersHttpLive = HttpApiBuilder.group(MailroomApi, "filters", (han
             if (Option.isNone(yield* domains.find(org, domainId))) {
               return yield* new NotFound({ message: `no domain ${domainId}` })
             }
-            yield* plans.require(org, "filters_per_domain", "per-domain filters")
+            yield* plans.require(org, "filters.perDomain")
           }
           const pattern = normalizePattern(payload.pattern ?? "")
           if (payload.type === "registry" && Option.isNone(yield* registries.find(pattern))) {
@@ -60,4 +60,4 @@ export const FiltersHttpLive = HttpApiBuilder.group(MailroomApi, "filters", (han
           Effect.flatMap(orgId, (org) => repo.remove(org, path.id)),
           Option.match({ onNone: () => Effect.fail(notFound(path.id)), onSome: (r) => Effect.succeed(toFilter(r)) })
         ))
-  })).pipe(Layer.provide([FiltersRepo.Default, DomainsRepo.Default, PlanGate.Default, RegistriesRepo.Default]))
+  })).pipe(Layer.provide([FiltersRepo.Default, DomainsRepo.Default, RegistriesRepo.Default]))

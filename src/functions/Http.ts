@@ -3,7 +3,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { requireEntitlement } from "../account/Entitlement.js"
+import { Policy } from "../policy/Policy.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
@@ -11,7 +11,6 @@ import { CurrentPrincipal } from "../contract/Security.js"
 import { AppConfig } from "../platform/Config.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { newEventId, serializeEvent, syntheticEmailReceived, truncateUtf8 } from "../webhooks/Payload.js"
-import { PlanGate } from "../account/PlanGate.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { EndpointsRepo } from "../endpoints/Repo.js"
 import { EndpointsService } from "../endpoints/Service.js"
@@ -33,13 +32,14 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
     const webhookSecrets = yield* WebhookSecrets
     const config = yield* AppConfig
     const sql = yield* SqlClient.SqlClient
+    const policy = yield* Policy
     const endpoints = yield* EndpointsService
     const routes = yield* RoutesService
 
     /** The caller's organization, entitled to functions. */
     const entitledOrg = Effect.gen(function*() {
       const { orgId } = yield* CurrentPrincipal
-      yield* requireEntitlement(orgId, "functions", "functions").pipe(Effect.provideService(SqlClient.SqlClient, sql))
+      yield* policy.require(orgId, "functions.use")
       return orgId
     })
 
@@ -151,5 +151,5 @@ export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", 
   })).pipe(
     Layer.provide([FunctionDeployer.Default, RoutesService.Default, EndpointsService.Default]),
     Layer.provide([FunctionsRepo.Default, WebhookSecrets.Default, RoutesRepo.Default, EndpointsRepo.Default, DomainsRepo.Default]),
-    Layer.provide([PlanGate.Default, Dns.Default])
+    Layer.provide([Dns.Default])
   )

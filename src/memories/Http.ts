@@ -1,11 +1,10 @@
 /** Handlers of memories, in the organization's scope and in one function's. */
 import { HttpApiBuilder, HttpApp, HttpServerResponse } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { requireEntitlement } from "../account/Entitlement.js"
 import { NotFound, ValidationError } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import { Policy } from "../policy/Policy.js"
 import type { Memory, MemoryKeyInfo, MemoryListQuery, PutMemory } from "./Api.js"
 import { keyProblem, type MemoryRow, type MemoryScope, MemoriesRepo, VALUE_MAX_BYTES } from "./Repo.js"
 
@@ -68,14 +67,14 @@ const created201 = HttpApp.appendPreResponseHandler((_req, res) =>
 export const MemoriesHttpLive = HttpApiBuilder.group(MailroomApi, "memories", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* MemoriesRepo
-    const sql = yield* SqlClient.SqlClient
+    const policy = yield* Policy
     const orgScope = Effect.map(CurrentPrincipal, (p): MemoryScope => ({ orgId: p.orgId, functionId: null }))
 
     /** A function's scope: the organization must hold the entitlement and the function. */
     const functionScope = (ref: string) =>
       Effect.gen(function*() {
         const { orgId } = yield* CurrentPrincipal
-        yield* requireEntitlement(orgId, "functions", "function memories").pipe(Effect.provideService(SqlClient.SqlClient, sql))
+        yield* policy.require(orgId, "memories.use")
         const id = yield* repo.functionIdOf(orgId, ref)
         if (Option.isNone(id)) return yield* new NotFound({ message: `no function ${ref}` })
         return { orgId, functionId: id.value } satisfies MemoryScope

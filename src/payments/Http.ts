@@ -8,10 +8,10 @@ import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { AppConfig } from "../platform/Config.js"
 import { setHeader } from "../platform/HttpHeaders.js"
+import { Policy as AccessPolicy } from "../policy/Policy.js"
 import type { Policy, PayoutAddress } from "./Api.js"
 import { toSentEmail } from "../sending/Repo.js"
 import { EmailRail } from "./EmailRail.js"
-import { requirePayments } from "./Entitlement.js"
 import { apiErrorOf } from "./Failures.js"
 import { atomicOf, fromAtomic, toAtomic } from "./Money.js"
 import { utcDay } from "./Policy.js"
@@ -33,6 +33,7 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const config = yield* AppConfig
+    const policy = yield* AccessPolicy
     const service = yield* PaymentsService
     const repo = yield* PaymentsRepo
     const rail = yield* EmailRail
@@ -40,7 +41,7 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
     /** The caller's organization, entitled to payments. */
     const entitled = Effect.gen(function*() {
       const { orgId } = yield* CurrentPrincipal
-      yield* requirePayments(orgId, config.publicBaseUrl).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+      yield* policy.require(orgId, "payments.use")
       return orgId
     })
 

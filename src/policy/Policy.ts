@@ -1,5 +1,17 @@
 /**
- * The one table of what each operation needs from a credential's scopes. An API key carries
+ * The `Policy` service: the one vocabulary of who may do what. Two halves, decided in two places:
+ *
+ * - the credential: the scope table below (what each operation needs from an API key's scopes),
+ *   enforced by the bearer middleware before any handler runs (`scopeOf`, also `ScopePolicy`);
+ * - the organization: named permissions (Permissions.ts: plan features, entitlements, the
+ *   operator-granted payments, sending) that handlers and services ask for with
+ *   `policy.require(orgId, "functions.use")`, failing with that permission's refusal.
+ *
+ * The service owns its SqlClient: callers never provide one. It reads an organization's facts in
+ * one statement per check and caches nothing, so a plan change or an operator grant applies to the
+ * next request.
+ *
+ * The scope table: what each operation needs from a credential's scopes. An API key carries
  * scopes (`admin` is everything; OAuth tokens and keys made before scopes are `admin`); every
  * authenticated operation of the HttpApi is held to this table by the bearer middleware, and so is
  * every MCP tool and CLI command, which call the same operations.
@@ -9,9 +21,14 @@
  * someone decides otherwise); `null` means any valid credential.
  */
 import { HttpApi } from "@effect/platform"
-import { Layer } from "effect"
+import { SqlClient } from "@effect/sql"
+import { Context, Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
+import type { Entitlement, Plan } from "../contract/Plans.js"
+import { entitlementsOf } from "../contract/Plans.js"
 import { type Scope, ScopePolicy } from "../contract/Security.js"
+import { AppConfig } from "../platform/Config.js"
+import { decide, type OrgFacts, type Permission, type Refusal } from "./Permissions.js"
 
 interface GroupScopes {
   readonly read: Scope | null
@@ -81,11 +98,44 @@ export const scopeTable = (api: HttpApi.HttpApi.Any): ReadonlyMap<string, Scope 
   return table
 }
 
-export const ScopePolicyLive = Layer.sync(ScopePolicy, () => {
-  const table = scopeTable(MailroomApi)
-  return {
-    // A route outside the HttpApi (/mcp) needs only a valid credential: its tool calls are checked
-    // as the operations they are.
-    required: (method, route) => table.get(`${method.toUpperCase()} ${route}`) ?? undefined
-  }
-})
+export class Policy extends Context.Tag("mailroom/Policy")<Policy, {
+  /** The scope an operation needs, by method and route template; undefined: any valid credential. */
+  readonly scopeOf: (method: string, route: string) => Scope | undefined
+  /** The organization's plan and entitlements (an unknown organization: `agent`, nothing granted). */
+  readonly factsOf: (orgId: string) => Effect.Effect<OrgFacts>
+  readonly planOf: (orgId: string) => Effect.Effect<Plan>
+  /** Fails with the permission's refusal (Permissions.ts) unless the organization holds it. */
+  readonly require: <P extends Permission>(orgId: string, permission: P) => Effect.Effect<void, Refusal<P>>
+}>() {}
+
+export const PolicyLive = Layer.effect(
+  Policy,
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const config = yield* AppConfig
+    const table = scopeTable(MailroomApi)
+
+    const factsOf = (orgId: string) =>
+      sql<{ plan: Plan; granted: ReadonlyArray<Entitlement> }>`
+        SELECT o.plan, coalesce((SELECT json_agg(g.entitlement) FROM organization_entitlements g WHERE g.org_id = o.id), '[]'::json) AS granted
+        FROM organizations o WHERE o.id = ${orgId}`.pipe(
+        Effect.map((rows): OrgFacts => {
+          const plan = rows[0]?.plan ?? "agent"
+          return { plan, entitlements: entitlementsOf(plan, rows[0]?.granted ?? []) }
+        }),
+        Effect.orDie
+      )
+
+    return Policy.of({
+      // A route outside the HttpApi (/mcp) needs only a valid credential: its tool calls are checked
+      // as the operations they are.
+      scopeOf: (method, route) => table.get(`${method.toUpperCase()} ${route}`) ?? undefined,
+      factsOf,
+      planOf: (orgId) => Effect.map(factsOf(orgId), (f) => f.plan),
+      require: (orgId, permission) => Effect.flatMap(factsOf(orgId), (facts) => decide(permission, facts, config.publicBaseUrl))
+    })
+  })
+)
+
+/** The bearer middleware's view of the policy: the scope half. */
+export const ScopePolicyLive = Layer.effect(ScopePolicy, Effect.map(Policy, (p) => ({ required: p.scopeOf })))

@@ -3,10 +3,10 @@ import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { requireEntitlement } from "../account/Entitlement.js"
 import { Conflict, Forbidden, NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import { Policy } from "../policy/Policy.js"
 import { type EntryPatch, type EntryRow, RegistriesRepo, type RegistryRow, toEntry, toRegistry } from "./Repo.js"
 import { requireSendable } from "./Senders.js"
 
@@ -24,9 +24,9 @@ export const RegistriesHttpLive = HttpApiBuilder.group(MailroomApi, "registries"
     const repo = yield* RegistriesRepo
     const sql = yield* SqlClient.SqlClient
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
+    const policy = yield* Policy
     const caller = Effect.map(CurrentPrincipal, (p) => p.orgId)
 
-    const entitled = (org: string, what: string) => requireEntitlement(org, "registries", what).pipe(provideSql)
     const sendable = (org: string, address: string) => requireSendable(org, address).pipe(provideSql)
 
     const registryNamed = (name: string) =>
@@ -80,7 +80,7 @@ export const RegistriesHttpLive = HttpApiBuilder.group(MailroomApi, "registries"
       .handle("create", ({ payload }) =>
         Effect.gen(function*() {
           const org = yield* caller
-          yield* entitled(org, "registries")
+          yield* policy.require(org, "registries.use")
           const row = yield* repo.insert(org, {
             name: payload.name,
             description: payload.description ?? null,
@@ -120,7 +120,7 @@ export const RegistriesHttpLive = HttpApiBuilder.group(MailroomApi, "registries"
       .handle("publish", ({ path, payload }) =>
         Effect.gen(function*() {
           const org = yield* caller
-          yield* entitled(org, "publishing registry entries")
+          yield* policy.require(org, "registries.publish")
           const registry = yield* registryNamed(path.name)
           const isOwner = registry.org_id === org
           if (!isOwner && registry.publish_policy === "owner_only") {

@@ -2,7 +2,6 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { PlanGate } from "../account/PlanGate.js"
 import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
@@ -54,5 +53,5 @@ export const RoutesHttpLive = HttpApiBuilder.group(MailroomApi, "routes", (handl
         ))
   })).pipe(
     Layer.provide(RoutesService.Default),
-    Layer.provide([RoutesRepo.Default, EndpointsRepo.Default, DomainsRepo.Default, PlanGate.Default, Dns.Default])
+    Layer.provide([RoutesRepo.Default, EndpointsRepo.Default, DomainsRepo.Default, Dns.Default])
   )

@@ -1,11 +1,10 @@
 /** Handlers of Search. */
 import { HttpApiBuilder } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
-import { requireEntitlement } from "../account/Entitlement.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { inboxesOf } from "../platform/InboxLimit.js"
+import { Policy } from "../policy/Policy.js"
 import { DEFAULT_SEARCH_LIMIT } from "./Api.js"
 import { SearchRepo } from "./Repo.js"
 import { Search } from "./Search.js"
@@ -14,12 +13,12 @@ import { VectorIndex } from "./Vectors.js"
 export const SearchHttpLive = HttpApiBuilder.group(MailroomApi, "search", (handlers) =>
   Effect.gen(function*() {
     const search = yield* Search
-    const sql = yield* SqlClient.SqlClient
+    const policy = yield* Policy
     return handlers.handle("search", ({ urlParams: p }) =>
       Effect.gen(function*() {
         const principal = yield* CurrentPrincipal
         const orgId = principal.orgId
-        yield* requireEntitlement(orgId, "search", "search").pipe(Effect.provideService(SqlClient.SqlClient, sql))
+        yield* policy.require(orgId, "search.use")
         const mode = p.mode ?? "hybrid"
         const { meta, results } = yield* search.search({
           orgId,

@@ -41,6 +41,7 @@ import { LocalDelivery, sendSplit } from "./LocalDelivery.js"
 import { OutboundRelay, type RelayError } from "./Relay.js"
 import { type ContentRow, type SentRow, SendingRepo, type StoredAttachment } from "./Repo.js"
 import { Threading } from "../mail/Threading.js"
+import { decide } from "../policy/Permissions.js"
 import { SendOutcomes } from "./Outcomes.js"
 import { Verp } from "../mail/Verp.js"
 
@@ -519,12 +520,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         const at = yield* now
         const v = yield* validate(input, at.getTime())
         const facts = yield* orgFacts(orgId)
-        if (!facts.entitlements.includes("send_mail")) {
-          return yield* new Forbidden({
-            message: "sending needs the send_mail entitlement",
-            details: { required_plan: "agent", missing_entitlement: "send_mail", current_plan: facts.plan }
-          })
-        }
+        yield* decide("emails.send", facts, config.publicBaseUrl)
         if (input.discardContent && !facts.discardEnabled) {
           return yield* new DiscardNotEnabled({
             message: "discard_content needs the account setting discard_content_on_webhook_confirmed to be on (PATCH /account)"

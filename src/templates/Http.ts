@@ -3,7 +3,6 @@ import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
-import { requireEntitlement } from "../account/Entitlement.js"
 import { NotFound } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { EndpointsRepo, toEndpoint } from "../endpoints/Repo.js"
@@ -13,8 +12,8 @@ import { FunctionsRepo, toFunction } from "../functions/Repo.js"
 import { RoutesRepo, toRoute } from "../routes/Repo.js"
 import { RoutesService } from "../routes/Service.js"
 import { DomainsRepo } from "../domains/Repo.js"
-import { PlanGate } from "../account/PlanGate.js"
 import { Dns } from "../net/Dns.js"
+import { Policy } from "../policy/Policy.js"
 import { toWake, WakesRepo } from "../wake/Repo.js"
 import { checkSchedule } from "../wake/Schedule.js"
 import { TemplateCatalog } from "./Catalog.js"
@@ -39,6 +38,7 @@ export const TemplatesHttpLive = HttpApiBuilder.group(MailroomApi, "templates", 
     const routes = yield* RoutesService
     const wakes = yield* WakesRepo
     const sql = yield* SqlClient.SqlClient
+    const policy = yield* Policy
 
     const found = (slug: string) => {
       const t = catalog.find(slug)
@@ -55,7 +55,7 @@ export const TemplatesHttpLive = HttpApiBuilder.group(MailroomApi, "templates", 
       .handle("install", ({ path, payload }) =>
         Effect.gen(function*() {
           const { orgId } = yield* CurrentPrincipal
-          yield* requireEntitlement(orgId, "functions", "template installs").pipe(Effect.provideService(SqlClient.SqlClient, sql))
+          yield* policy.require(orgId, "templates.install")
           const t = yield* found(path.slug)
           const secrets = payload.secrets ?? {}
           const missing = t.required_secrets.filter((name) => (secrets[name] ?? "") === "")
@@ -103,5 +103,5 @@ export const TemplatesHttpLive = HttpApiBuilder.group(MailroomApi, "templates", 
         }))
   })).pipe(
     Layer.provide([TemplateCatalog.Default, FunctionDeployer.Default, RoutesService.Default, EndpointsService.Default, WakesRepo.Default]),
-    Layer.provide([FunctionsRepo.Default, RoutesRepo.Default, EndpointsRepo.Default, DomainsRepo.Default, PlanGate.Default, Dns.Default])
+    Layer.provide([FunctionsRepo.Default, RoutesRepo.Default, EndpointsRepo.Default, DomainsRepo.Default, Dns.Default])
   )

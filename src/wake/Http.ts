@@ -1,10 +1,8 @@
 /** Handlers of the Wake area. */
 import { HttpApiBuilder } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { PlanGate } from "../account/PlanGate.js"
-import { requireEntitlement } from "../account/Entitlement.js"
+import { Policy } from "../policy/Policy.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { Conflict, NotFound, ValidationError } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
@@ -31,12 +29,12 @@ export const WakesHttpLive = HttpApiBuilder.group(MailroomApi, "wakes", (handler
     const endpoints = yield* EndpointsService
     const firing = yield* WakeFiring
     const config = yield* AppConfig
-    const sql = yield* SqlClient.SqlClient
+    const policy = yield* Policy
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     const entitledOrg = Effect.gen(function*() {
       const { orgId } = yield* CurrentPrincipal
-      yield* requireEntitlement(orgId, "functions", "wakes").pipe(Effect.provideService(SqlClient.SqlClient, sql))
+      yield* policy.require(orgId, "wakes.use")
       return orgId
     })
 
@@ -157,5 +155,5 @@ export const WakesHttpLive = HttpApiBuilder.group(MailroomApi, "wakes", (handler
         }))
   })).pipe(
     Layer.provide([WakesRepo.Default, WakeFiring.Default, EndpointsService.Default]),
-    Layer.provide([FunctionsRepo.Default, EndpointsRepo.Default, DomainsRepo.Default, PlanGate.Default, Dns.Default, WebhookSecrets.Default])
+    Layer.provide([FunctionsRepo.Default, EndpointsRepo.Default, DomainsRepo.Default, Dns.Default, WebhookSecrets.Default])
   )

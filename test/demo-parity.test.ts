@@ -8,7 +8,8 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { randomUUID } from "node:crypto"
-import { decodeCursor, pageOf } from "../src/contract/Paging.js"
+import type { ListMeta } from "../src/contract/Envelope.js"
+import { decodeCursor, pageOf, type Position } from "../src/contract/Paging.js"
 import { DemoSearch, demoDocuments } from "../src/demo/Search.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { pageInMemory, pageWithTotal } from "../src/platform/Listing.js"
@@ -71,10 +72,10 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo parity", (it) 
           let cursor: string | null = null
           let pages = 0
           do {
-            const after = yield* decodeCursor(cursor ?? undefined)
-            const real = yield* pageWithTotal<{ id: string; created_at: Date }>(sql, "listing_parity", sql`true`, limit, after)
+            const after: Position | undefined = yield* decodeCursor(cursor ?? undefined)
+            const real: { rows: ReadonlyArray<{ id: string; created_at: Date }>; total: number } = yield* pageWithTotal<{ id: string; created_at: Date }>(sql, "listing_parity", sql`true`, limit, after)
             const memory = pageInMemory(rows, limit, after)
-            const a = pageOf(real.rows, limit, real.total, (r) => r.id)
+            const a: { items: ReadonlyArray<string>; meta: ListMeta } = pageOf(real.rows, limit, real.total, (r) => r.id)
             const b = pageOf(memory.rows, limit, memory.total, (r) => r.id)
             expect(b, `limit ${limit}, page ${pages}`).toEqual(a)
             cursor = a.meta.cursor

@@ -1,7 +1,9 @@
 /**
- * Handlers of the demo sandbox: the synthetic dataset, filtered in memory, then paged by the shared
- * keyset rule (`pageInMemory` + `pageOf`, the order and cursor of the real lists), threads shown by
- * the threads area's presenters and searched by the search area's ranking (./Search.ts).
+ * Handlers of the demo sandbox over the synthetic dataset, with the real operations' rules: emails and
+ * deliveries filtered in memory, then paged by the shared keyset rule (`pageInMemory` + `pageOf`, the
+ * order and cursor of the real lists); threads listed by the threads repository's own statement over
+ * the demo's messages given inline (read only) and shown by the threads area's presenters; search by
+ * the search area's ranking (./Search.ts).
  */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
@@ -12,7 +14,8 @@ import { AppConfig } from "../platform/Config.js"
 import { pageInMemory } from "../platform/Listing.js"
 import { DemoSearch } from "./Search.js"
 import { demoSendMail } from "./SendMail.js"
-import { threadRowOf, toMessage, toThread } from "../threads/Present.js"
+import { threadRowOf, threadsPage, toMessage, toThread } from "../threads/Present.js"
+import { ThreadsRepo } from "../threads/Repo.js"
 import { demoAccount, demoDeliveries, demoEmailById, demoEmails, type DemoThread, demoThreads } from "./Dataset.js"
 
 const threadOf = (t: DemoThread) => toThread(threadRowOf(t.id, t.messages), t.messages)
@@ -35,6 +38,10 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
   Effect.gen(function*() {
     const config = yield* AppConfig
     const search = yield* DemoSearch
+    const threads = yield* ThreadsRepo
+    // The demo's conversations are listed by the real threads statement over its messages given inline.
+    const demoMessages = demoThreads.flatMap((t) => t.messages)
+    const threadSource = threads.inlineMessages(demoMessages)
     return handlers
       .handle("account", () => Effect.succeed(demoAccount))
       .handle("emails", ({ urlParams: q }) =>
@@ -62,15 +69,18 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
       })
       .handle("threads", ({ urlParams: q }) =>
         Effect.gen(function*() {
-          const after = yield* decodeCursor(q.cursor)
-          const participant = q.participant?.toLowerCase()
-          const rows = demoThreads.map(threadOf).filter((t) =>
-            (participant === undefined || t.participants.includes(participant)) &&
-            (q.inbox_id === undefined || t.inbox_id === q.inbox_id) &&
-            (q.label === undefined || t.labels.includes(q.label)) &&
-            within(t.last_message_at, q.date_from, q.date_to)
-          ).map((t) => ({ ...t, created_at: t.last_message_at }))
-          return listed(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, ({ created_at: _, ...t }) => t)
+          const limit = q.limit ?? DEFAULT_PAGE_SIZE
+          const { rows, total } = yield* threads.listOver(threadSource, {
+            limit,
+            after: yield* decodeCursor(q.cursor),
+            participant: q.participant,
+            dateFrom: q.date_from,
+            dateTo: q.date_to,
+            inboxId: q.inbox_id,
+            label: q.label
+          })
+          const shown = new Set(rows.slice(0, limit).map((t) => t.id))
+          return threadsPage(rows, total, limit, demoMessages.filter((m) => shown.has(m.thread_id)))
         }))
       .handle("thread", ({ path }) => {
         const found = demoThreads.find((t) => t.id === path.id)
@@ -90,4 +100,4 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
           )
           return listed(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, (d) => d)
         }))
-  })).pipe(Layer.provide(DemoSearch.Default))
+  })).pipe(Layer.provide([DemoSearch.Default, ThreadsRepo.Default]))

@@ -1,13 +1,13 @@
-/** Handlers of Threads. */
+/** Handlers of Threads: the repository's rows, shown by ./Present.ts. */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
-import { decodeCursor, DEFAULT_PAGE_SIZE, encodeCursor } from "../contract/Paging.js"
+import { decodeCursor, DEFAULT_PAGE_SIZE } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { toWatch, WakesRepo } from "../wake/Repo.js"
-import { threadRowOf, toMessage, toThread } from "./Present.js"
-import { type MessageRow, ThreadsRepo } from "./Repo.js"
+import { threadRowOf, threadsPage, toMessage, toThread } from "./Present.js"
+import { ThreadsRepo } from "./Repo.js"
 
 export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (handlers) =>
   Effect.gen(function*() {
@@ -30,23 +30,8 @@ export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (han
             inboxId: urlParams.inbox_id,
             label: urlParams.label
           })
-          const page = rows.slice(0, limit)
-          const messages = yield* repo.messagesOf(principal, page.map((t) => t.id), includeWake)
-          const byThread = new Map<string, Array<MessageRow>>()
-          for (const m of messages) {
-            const list = byThread.get(m.thread_id)
-            if (list === undefined) byThread.set(m.thread_id, [m])
-            else list.push(m)
-          }
-          const last = page[page.length - 1]
-          return {
-            items: page.map((t) => toThread(t, byThread.get(t.id) ?? [])),
-            meta: {
-              total,
-              limit,
-              cursor: rows.length > limit && last !== undefined ? encodeCursor({ createdAt: last.last_message_at, id: last.id }) : null
-            }
-          }
+          const messages = yield* repo.messagesOf(principal, rows.slice(0, limit).map((t) => t.id), includeWake)
+          return threadsPage(rows, total, limit, messages)
         }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {

@@ -3,6 +3,8 @@
  * by GET /threads, GET /threads/{id} and the demo's twins of them, so a thread reads the same
  * wherever it comes from. Pure: no database, no request.
  */
+import type { ListMeta } from "../contract/Envelope.js"
+import { encodeCursor } from "../contract/Paging.js"
 import { SNIPPET_CHARS, type Thread, type ThreadMessage } from "./Api.js"
 import type { MessageRow, ThreadRow } from "./Repo.js"
 
@@ -73,5 +75,33 @@ export const toThread = (t: ThreadRow, messages: ReadonlyArray<MessageRow>): Thr
     inbox_id: messages.find((m) => m.inbox_id != null)?.inbox_id ?? null,
     labels: [...new Set(messages.flatMap((m) => m.labels))].sort(),
     unread_count: messages.filter((m) => m.direction === "received" && !m.read).length
+  }
+}
+
+/**
+ * One page of the threads list: of the `limit + 1` rows listed (last activity first), the first
+ * `limit`, each shown with its messages, and the cursor after the last when there are more.
+ */
+export const threadsPage = (
+  rows: ReadonlyArray<ThreadRow>,
+  total: number,
+  limit: number,
+  messages: ReadonlyArray<MessageRow>
+): { items: ReadonlyArray<Thread>; meta: ListMeta } => {
+  const page = rows.slice(0, limit)
+  const byThread = new Map<string, Array<MessageRow>>()
+  for (const m of messages) {
+    const list = byThread.get(m.thread_id)
+    if (list === undefined) byThread.set(m.thread_id, [m])
+    else list.push(m)
+  }
+  const last = page[page.length - 1]
+  return {
+    items: page.map((t) => toThread(t, byThread.get(t.id) ?? [])),
+    meta: {
+      total,
+      limit,
+      cursor: rows.length > limit && last !== undefined ? encodeCursor({ createdAt: last.last_message_at, id: last.id }) : null
+    }
   }
 }

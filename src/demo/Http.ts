@@ -1,41 +1,34 @@
-/** Handlers of the demo sandbox: the synthetic dataset, filtered and paged like the real lists. */
+/**
+ * Handlers of the demo sandbox over the synthetic dataset, with the real operations' rules: emails and
+ * deliveries filtered in memory, then paged by the shared keyset rule (`pageInMemory` + `pageOf`, the
+ * order and cursor of the real lists); threads listed by the threads repository's own statement over
+ * the demo's messages given inline (read only) and shown by the threads area's presenters; search by
+ * the search area's ranking (./Search.ts).
+ */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf, type Position } from "../contract/Paging.js"
 import { AppConfig } from "../platform/Config.js"
+import { pageInMemory } from "../platform/Listing.js"
 import { DemoSearch } from "./Search.js"
 import { demoSendMail } from "./SendMail.js"
-import { toMessage, toThread } from "../threads/Http.js"
+import { threadRowOf, threadsPage, toMessage, toThread } from "../threads/Present.js"
+import { ThreadsRepo } from "../threads/Repo.js"
 import { demoAccount, demoDeliveries, demoEmailById, demoEmails, type DemoThread, demoThreads } from "./Dataset.js"
 
-const threadOf = (t: DemoThread) => {
-  const at = t.messages.map((m) => m.at.getTime())
-  return toThread({
-    id: t.id,
-    message_count: t.messages.length,
-    received_count: t.messages.filter((m) => m.direction === "received").length,
-    sent_count: t.messages.filter((m) => m.direction === "sent").length,
-    first_message_at: new Date(Math.min(...at)),
-    last_message_at: new Date(Math.max(...at))
-  }, t.messages)
-}
+const threadOf = (t: DemoThread) => toThread(threadRowOf(t.id, t.messages), t.messages)
 
-/** Newest first by (time, id), after the cursor's position: the order of the real keyset lists. */
-const page = <R extends { readonly created_at: Date; readonly id: string }, A>(
+/** One page of rows already filtered, as a real list answers it. */
+const listed = <R extends { readonly created_at: Date; readonly id: string }, A>(
   rows: ReadonlyArray<R>,
   after: Position | undefined,
   limit: number,
   toItem: (r: R) => A
 ) => {
-  const sorted = [...rows].sort((a, b) => b.created_at.getTime() - a.created_at.getTime() || (a.id < b.id ? 1 : -1))
-  const rest = after === undefined
-    ? sorted
-    : sorted.filter((r) =>
-      r.created_at.getTime() < after.createdAt.getTime() || (r.created_at.getTime() === after.createdAt.getTime() && r.id < after.id)
-    )
-  return pageOf(rest.slice(0, limit + 1), limit, rows.length, toItem)
+  const page = pageInMemory(rows, limit, after)
+  return pageOf(page.rows, limit, page.total, toItem)
 }
 
 const within = (t: Date, from: Date | undefined, to: Date | undefined) =>
@@ -45,6 +38,10 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
   Effect.gen(function*() {
     const config = yield* AppConfig
     const search = yield* DemoSearch
+    const threads = yield* ThreadsRepo
+    // The demo's conversations are listed by the real threads statement over its messages given inline.
+    const demoMessages = demoThreads.flatMap((t) => t.messages)
+    const threadSource = threads.inlineMessages(demoMessages)
     return handlers
       .handle("account", () => Effect.succeed(demoAccount))
       .handle("emails", ({ urlParams: q }) =>
@@ -62,7 +59,7 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
             (q.unread === undefined || e.read !== q.unread) &&
             within(e.received_at, q.date_from, q.date_to)
           ).map((e) => ({ ...e, created_at: e.received_at }))
-          return page(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, ({ created_at: _, ...e }) => e)
+          return listed(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, ({ created_at: _, ...e }) => e)
         }))
       .handle("email", ({ path }) => {
         const found = demoEmailById(path.id)
@@ -72,15 +69,18 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
       })
       .handle("threads", ({ urlParams: q }) =>
         Effect.gen(function*() {
-          const after = yield* decodeCursor(q.cursor)
-          const participant = q.participant?.toLowerCase()
-          const rows = demoThreads.map(threadOf).filter((t) =>
-            (participant === undefined || t.participants.includes(participant)) &&
-            (q.inbox_id === undefined || t.inbox_id === q.inbox_id) &&
-            (q.label === undefined || t.labels.includes(q.label)) &&
-            within(t.last_message_at, q.date_from, q.date_to)
-          ).map((t) => ({ ...t, created_at: t.last_message_at }))
-          return page(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, ({ created_at: _, ...t }) => t)
+          const limit = q.limit ?? DEFAULT_PAGE_SIZE
+          const { rows, total } = yield* threads.listOver(threadSource, {
+            limit,
+            after: yield* decodeCursor(q.cursor),
+            participant: q.participant,
+            dateFrom: q.date_from,
+            dateTo: q.date_to,
+            inboxId: q.inbox_id,
+            label: q.label
+          })
+          const shown = new Set(rows.slice(0, limit).map((t) => t.id))
+          return threadsPage(rows, total, limit, demoMessages.filter((m) => shown.has(m.thread_id)))
         }))
       .handle("thread", ({ path }) => {
         const found = demoThreads.find((t) => t.id === path.id)
@@ -98,6 +98,6 @@ export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers)
             (q.status === undefined || d.status === q.status) &&
             within(d.created_at, q.date_from, q.date_to)
           )
-          return page(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, (d) => d)
+          return listed(rows, after, q.limit ?? DEFAULT_PAGE_SIZE, (d) => d)
         }))
-  })).pipe(Layer.provide(DemoSearch.Default))
+  })).pipe(Layer.provide([DemoSearch.Default, ThreadsRepo.Default]))

@@ -1,56 +1,68 @@
 /**
- * Search over the demo mailbox, with the real search's legs: the same weighted full-text ranking
- * and trigram typo matching (run by the database over the demo's documents given inline, never over
- * stored mail), the configured embedding model for the semantic leg (the demo's vectors computed once
- * per process) with the same relevance floor, normalised reciprocal rank fusion, and the same time budget.
+ * Search over the demo mailbox with the real search's rules, applied to the demo's documents held in
+ * memory: the lexical leg is the search area's own statement (`lexicalOver`) over the documents given
+ * inline (the database ranks them, nothing is stored), the semantic leg ranks the demo's vectors with
+ * the vector index's `topK` and the same relevance floor (`relevantOf`), and the modes, fusion, results
+ * and their order are the search area's `candidatesOf` and `resultsOf`; the same time budget covers it.
+ * What is the demo's own is where its documents come from: fixed text, filtered in memory, its
+ * vectors computed once per process with the configured embedding model.
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Option, Schedule } from "effect"
 import { SearchTimeout, ServiceUnavailable } from "../contract/Errors.js"
+import { extractReplyText } from "../emails/ReplyText.js"
 import { AppConfig } from "../platform/Config.js"
-import type { SearchMode, SearchQuery, SearchResult, SearchScope } from "../search/Api.js"
+import type { SearchMode, SearchQuery, SearchScope } from "../search/Api.js"
 import { DEFAULT_SEARCH_LIMIT } from "../search/Api.js"
 import { embeddingText } from "../mail/SearchDocument.js"
 import { Embedder } from "../search/Embedder.js"
-import { parseQuery } from "../search/Query.js"
-import type { Ranked } from "../search/Repo.js"
-import { fuse } from "../search/Search.js"
+import { type HitRow, inlineDocuments, type InlineDocument, lexicalOver, type Ranked } from "../search/Repo.js"
+import { candidatesOf, legSize, relevantOf, resultsOf } from "../search/Search.js"
+import { topK } from "../search/Vectors.js"
 import { demoEmails } from "./Dataset.js"
 
-interface DemoDocument {
-  readonly kind: "received" | "sent"
-  readonly id: string
-  readonly thread_id: string
-  readonly inbox_id: string | null
-  readonly subject: string | null
-  readonly from_name: string | null
-  readonly from: string | null
-  readonly to: ReadonlyArray<string>
-  readonly date: Date
-  readonly body: string
+/** A demo message as search sees it: what ranks it (inline), what shows it (hit), what filters it. */
+export interface DemoDocument {
+  readonly inline: InlineDocument
+  readonly hit: HitRow
+  /** Every recipient address, To and Cc (what `to=` matches). */
+  readonly recipients: ReadonlyArray<string>
 }
 
-const documents: ReadonlyArray<DemoDocument> = demoEmails
+/** The demo's searchable messages: its accepted mail (spam is never searched, as stored mail is not). */
+export const demoDocuments: ReadonlyArray<DemoDocument> = demoEmails
   .filter((e) => e.summary.status === "accepted")
-  .map((e) => ({
-    kind: "received",
-    id: e.summary.id,
-    thread_id: e.summary.thread_id,
-    inbox_id: e.summary.inbox_id,
-    subject: e.summary.subject,
-    from_name: e.summary.from_name,
-    from: e.summary.from,
-    to: [...e.summary.to, ...e.summary.cc],
-    date: e.summary.received_at,
-    body: e.text
-  }))
+  .map((e) => {
+    const s = e.summary
+    const recipients = [...s.to, ...s.cc]
+    return {
+      inline: {
+        id: s.id,
+        at: s.received_at,
+        subject: s.subject,
+        extracted: extractReplyText(e.text, null),
+        from_name: s.from_name,
+        from_address: s.from,
+        body: e.text
+      },
+      // The demo has always shown every recipient of a message among its `to`.
+      hit: {
+        id: s.id,
+        kind: "received",
+        thread_id: s.thread_id,
+        inbox_id: s.inbox_id,
+        subject: s.subject,
+        from_address: s.from,
+        to_addresses: recipients,
+        at: s.received_at,
+        body: e.text
+      },
+      recipients
+    }
+  })
 
 /** What hybrid keeps of the budget for the lexical leg and the answer when the semantic leg is slow. */
 const HYBRID_MARGIN_MS = 500
-const TRIGRAM_THRESHOLD = 0.5
-const TRIGRAM_SCALE = 0.01
-
-const snippet = (body: string) => Array.from(body.replace(/\s+/g, " ").trim()).slice(0, 200).join("")
 
 export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearch", {
   effect: Effect.gen(function*() {
@@ -64,7 +76,7 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
     // the demo's messages are found lexically, like stored mail the embedding backlog has not reached.
     let vectors: ReadonlyArray<Float32Array> | undefined
     let warming = false
-    const warm = embedder.embed(documents.map((d) => embeddingText(d.subject, d.body)), { priority: "backlog" }).pipe(
+    const warm = embedder.embed(demoDocuments.map((d) => embeddingText(d.inline.subject, d.inline.body)), { priority: "backlog" }).pipe(
       Effect.tap((v) => Effect.sync(() => { vectors = v })),
       Effect.retry(Schedule.spaced("30 seconds").pipe(Schedule.compose(Schedule.recurs(10)))),
       Effect.ignore
@@ -76,41 +88,20 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
     })
 
     const allowed = (q: SearchQuery, scope: SearchScope) =>
-      documents.filter((d) =>
-        (scope === "all" || d.kind === scope) &&
-        (q.from === undefined || d.from === q.from.toLowerCase()) &&
-        (q.to === undefined || d.to.includes(q.to.toLowerCase())) &&
-        (q.date_from === undefined || d.date >= q.date_from) &&
-        (q.date_to === undefined || d.date <= q.date_to) &&
-        (q.thread_id === undefined || d.thread_id === q.thread_id) &&
-        (q.inbox_id === undefined || d.inbox_id === q.inbox_id)
+      demoDocuments.filter((d) =>
+        (scope === "all" || d.hit.kind === scope) &&
+        (q.from === undefined || d.hit.from_address === q.from.toLowerCase()) &&
+        (q.to === undefined || d.recipients.includes(q.to.toLowerCase())) &&
+        (q.date_from === undefined || d.hit.at >= q.date_from) &&
+        (q.date_to === undefined || d.hit.at <= q.date_to) &&
+        (q.thread_id === undefined || d.hit.thread_id === q.thread_id) &&
+        (q.inbox_id === undefined || d.hit.inbox_id === q.inbox_id)
       )
 
-    const lexical = (q: string, docs: ReadonlyArray<DemoDocument>, k: number) =>
-      Effect.gen(function*() {
-        if (docs.length === 0) return [] as ReadonlyArray<Ranked>
-        const parsed = parseQuery(q)
-        const rows = JSON.stringify(docs.map((d) => ({ id: d.id, at: d.date.toISOString(), subject: d.subject, from_name: d.from_name, from_address: d.from, body: d.body })))
-        const excluded = parsed.excluded.length === 0 ? sql`true` : sql`NOT (d.tsv @@ websearch_to_tsquery('english', ${parsed.excluded.join(" or ")}))`
-        return yield* sql<Ranked>`
-          WITH d AS (
-            SELECT x.id, x.at,
-                   setweight(to_tsvector('english', coalesce(x.subject, '')), 'A') ||
-                   setweight(to_tsvector('english', coalesce(x.from_name, '') || ' ' || coalesce(x.from_address, '')), 'B') ||
-                   setweight(to_tsvector('english', coalesce(x.body, '')), 'C') AS tsv,
-                   lower(coalesce(x.subject, '') || ' ' || coalesce(x.from_name, '') || ' ' || coalesce(x.from_address, '')) AS names
-              FROM jsonb_to_recordset(${rows}::jsonb) AS x(id text, at timestamptz, subject text, from_name text, from_address text, body text)),
-          fts AS (
-            SELECT d.id, d.at, ts_rank_cd(d.tsv, query, 32) AS score
-              FROM d, websearch_to_tsquery('english', ${q}) query WHERE d.tsv @@ query),
-          trg AS (
-            SELECT d.id, d.at, word_similarity(${parsed.positive}, d.names) * ${TRIGRAM_SCALE} AS score
-              FROM d WHERE ${parsed.positive.length >= 3 ? sql`true` : sql`false`}
-               AND word_similarity(${parsed.positive}, d.names) >= ${TRIGRAM_THRESHOLD} AND ${excluded}
-               AND d.id NOT IN (SELECT id FROM fts))
-          SELECT id, score::float8 AS score FROM (SELECT * FROM fts UNION ALL SELECT * FROM trg) hits
-           ORDER BY score DESC, at DESC, id DESC LIMIT ${k}`
-      })
+    const lexical = (q: string, docs: ReadonlyArray<DemoDocument>, k: number, timeoutMs: number) =>
+      docs.length === 0
+        ? Effect.succeed<ReadonlyArray<Ranked>>([])
+        : lexicalOver(sql, inlineDocuments(sql, docs.map((d) => d.inline)), sql`true`, q, k, timeoutMs)
 
     const semantic = (q: string, mode: SearchMode, docs: ReadonlyArray<DemoDocument>, k: number) =>
       Effect.gen(function*() {
@@ -127,18 +118,16 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
           return [] as ReadonlyArray<Ranked>
         }
         const qv = query.right[0]!
-        const ids = new Set(docs.map((d) => d.id))
-        return documents
-          .map((d, i) => {
-            const v = docVectors[i]!
-            let dot = 0
-            for (let j = 0; j < v.length; j++) dot += v[j]! * qv[j]!
-            return { id: d.id, score: dot }
-          })
-          .filter((r) => ids.has(r.id) && r.score >= floor)
-          .map((r) => ({ id: r.id, score: Math.min(1, r.score) }))
-          .sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : 1))
-          .slice(0, k)
+        const ids = new Set(docs.map((d) => d.hit.id))
+        // Scored as the vector index scores stored vectors: float32 dot products, its top k.
+        const scores = new Float32Array(docVectors.length)
+        docVectors.forEach((v, i) => {
+          let dot = 0
+          for (let j = 0; j < v.length; j++) dot += v[j]! * qv[j]!
+          scores[i] = dot
+        })
+        const near = topK(scores, docVectors.length, k, (i) => ids.has(demoDocuments[i]!.hit.id))
+        return relevantOf(near.map(([i, score]) => ({ id: demoDocuments[i]!.hit.id, score })), floor)
       })
 
     const search = (q: SearchQuery) =>
@@ -148,9 +137,10 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
         const mode = q.mode ?? "hybrid"
         const limit = q.limit ?? DEFAULT_SEARCH_LIMIT
         const docs = allowed(q, q.scope ?? "all")
-        const k = Math.max(50, limit * 2)
+        const k = legSize(limit)
+        const remaining = budgetMs - ((yield* Clock.currentTimeMillis) - started)
         const [lex, sem] = yield* Effect.all([
-          mode === "semantic" ? Effect.succeed<ReadonlyArray<Ranked>>([]) : lexical(q.q, docs, k),
+          mode === "semantic" ? Effect.succeed<ReadonlyArray<Ranked>>([]) : lexical(q.q, docs, k, remaining),
           mode === "lexical"
             ? Effect.succeed<ReadonlyArray<Ranked>>([])
             : mode === "semantic"
@@ -160,33 +150,11 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
               Effect.timeoutTo({ duration: Math.max(0, budgetMs - HYBRID_MARGIN_MS), onSuccess: (r) => r, onTimeout: () => [] as ReadonlyArray<Ranked> })
             )
         ], { concurrency: "unbounded" })
-        const ranked = mode === "lexical"
-          ? lex.map((x) => ({ id: x.id, score: x.score, matched: ["lexical" as const] }))
-          : mode === "semantic"
-          ? sem.map((x) => ({ id: x.id, score: x.score, matched: ["semantic" as const] }))
-          : fuse([{ leg: "lexical", ranked: lex }, { leg: "semantic", ranked: sem }], () => 0)
-        const byId = new Map(documents.map((d) => [d.id, d]))
-        const results: Array<SearchResult> = ranked.map((c) => {
-          const d = byId.get(c.id)!
-          return {
-            kind: d.kind,
-            id: d.id,
-            thread_id: d.thread_id,
-            inbox_id: d.inbox_id,
-            subject: d.subject,
-            from: d.from,
-            to: [...d.to],
-            date: d.date,
-            snippet: snippet(d.body),
-            score: c.score,
-            matched: c.matched
-          }
-        })
-        results.sort((a, b) => b.score - a.score || b.date.getTime() - a.date.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+        const results = resultsOf(candidatesOf(mode, lex, sem), demoDocuments.map((d) => d.hit), limit)
         const took = (yield* Clock.currentTimeMillis) - started
         return {
           success: true as const,
-          data: { results: results.slice(0, limit) },
+          data: { results },
           meta: { mode, took_ms: Math.round(took), embedding_model: mode === "lexical" ? null : embedder.model }
         }
       }).pipe(

@@ -1,4 +1,7 @@
-/** SQL of Search: the lexical leg, the documents a filter allows, and hits read back for display. */
+/**
+ * SQL of Search: the lexical leg, the documents a filter allows, and hits read back for display. The
+ * lexical ranking (`lexicalOver`) also ranks documents given inline (`inlineDocuments`, the demo's).
+ */
 import { SqlClient, type Statement } from "@effect/sql"
 import { Effect } from "effect"
 import type { SearchScope } from "./Api.js"
@@ -38,6 +41,74 @@ const TRIGRAM_THRESHOLD = 0.5
 /** Typo-only hits rank below every full-text hit: their score is scaled into (0, 0.01]. */
 const TRIGRAM_SCALE = 0.01
 
+/**
+ * Full-text hits (websearch syntax, weighted subject > reply text and sender > body) then, below them,
+ * subject or sender words within trigram distance of the query (misspellings), excluded terms honoured
+ * by both, among the documents of `source` (aliased `d`, with `id`, `at`, `tsv` and `names`) that
+ * `where` allows. The trigram leg runs only when the full-text hits do not fill the list: a word common
+ * enough to have that many exact hits is spelled right, and on a large mailbox the trigram scan of a
+ * common word costs more than the full-text search itself. One transaction: the trigram threshold and
+ * the statement timeout are set for it alone.
+ */
+export const lexicalOver = (
+  sql: SqlClient.SqlClient,
+  source: Statement.Fragment,
+  where: Statement.Fragment,
+  q: string,
+  k: number,
+  timeoutMs: number
+) =>
+  Effect.gen(function*() {
+    const parsed = parseQuery(q)
+    const excluded = parsed.excluded.length === 0
+      ? sql`true`
+      : sql`NOT (d.tsv @@ websearch_to_tsquery('english', ${parsed.excluded.join(" or ")}))`
+    const trigram = parsed.positive.length >= 3
+    yield* sql`SELECT set_config('statement_timeout', ${String(Math.max(1, Math.ceil(timeoutMs)))}, true),
+                      set_config('pg_trgm.word_similarity_threshold', ${String(TRIGRAM_THRESHOLD)}, true)`
+    return yield* sql<Ranked & { readonly at: Date }>`
+      WITH fts AS (
+        SELECT d.id, d.at, ts_rank_cd(d.tsv, query, 32) AS score
+          FROM ${source} d, websearch_to_tsquery('english', ${q}) query
+         WHERE ${where} AND d.tsv @@ query
+         ORDER BY score DESC, d.at DESC, d.id DESC LIMIT ${k}),
+      trg AS (
+        SELECT d.id, d.at, word_similarity(${parsed.positive}, d.names) * ${TRIGRAM_SCALE} AS score
+          FROM ${source} d
+         WHERE ${trigram ? sql`true` : sql`false`} AND (SELECT count(*) FROM fts) < ${k}
+           AND ${where} AND ${parsed.positive} <% d.names AND ${excluded}
+           AND d.id NOT IN (SELECT id FROM fts)
+         ORDER BY score DESC, d.at DESC, d.id DESC LIMIT ${k})
+      SELECT id, at, score::float8 AS score FROM (SELECT * FROM fts UNION ALL SELECT * FROM trg) hits
+       ORDER BY score DESC, at DESC, id DESC LIMIT ${k}`
+  }).pipe(sql.withTransaction)
+
+/** A document held in memory (the demo's), with the columns `search_documents` is written with. */
+export interface InlineDocument {
+  readonly id: string
+  readonly at: Date
+  readonly subject: string | null
+  readonly extracted: string | null
+  readonly from_name: string | null
+  readonly from_address: string | null
+  readonly body: string | null
+}
+
+/**
+ * Documents given inline as a `lexicalOver` source: `tsv` and `names` computed as the generated
+ * columns of `search_documents` are (migrations 0061 and 0155), so they rank as stored ones would;
+ * test/demo-parity.test.ts holds the two to the same answers. Nothing is stored.
+ */
+export const inlineDocuments = (sql: SqlClient.SqlClient, docs: ReadonlyArray<InlineDocument>): Statement.Fragment =>
+  sql`(SELECT x.id, x.at,
+              setweight(to_tsvector('english', coalesce(x.subject, '')), 'A') ||
+              setweight(to_tsvector('english', coalesce(x.extracted, '')), 'B') ||
+              setweight(to_tsvector('english', coalesce(x.from_name, '') || ' ' || coalesce(x.from_address, '')), 'B') ||
+              setweight(to_tsvector('english', coalesce(x.body, '')), 'C') AS tsv,
+              lower(coalesce(x.subject, '') || ' ' || coalesce(x.from_name, '') || ' ' || coalesce(x.from_address, '')) AS names
+         FROM jsonb_to_recordset(${JSON.stringify(docs)}::jsonb)
+           AS x(id text, at timestamptz, subject text, extracted text, from_name text, from_address text, body text))`
+
 export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -64,39 +135,9 @@ export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRep
       return sql.and(conds)
     }
 
-    /**
-     * Full-text hits (websearch syntax, weighted subject > sender > body) then, below them, subject
-     * or sender words within trigram distance of the query (misspellings), excluded terms honoured
-     * by both. The trigram leg runs only when the full-text hits do not fill the list: a word common
-     * enough to have that many exact hits is spelled right, and on a large mailbox the trigram scan of
-     * a common word costs more than the full-text search itself. One transaction: the trigram threshold and the statement timeout are set for it alone.
-     */
+    /** Full-text and typo hits (`lexicalOver`) among the organization's stored documents a filter allows. */
     const lexical = (orgId: string, q: string, f: SearchFilters, k: number, timeoutMs: number) =>
-      Effect.gen(function*() {
-        const where = filtersOf(orgId, f)
-        const parsed = parseQuery(q)
-        const excluded = parsed.excluded.length === 0
-          ? sql`true`
-          : sql`NOT (d.tsv @@ websearch_to_tsquery('english', ${parsed.excluded.join(" or ")}))`
-        const trigram = parsed.positive.length >= 3
-        yield* sql`SELECT set_config('statement_timeout', ${String(Math.max(1, Math.ceil(timeoutMs)))}, true),
-                          set_config('pg_trgm.word_similarity_threshold', ${String(TRIGRAM_THRESHOLD)}, true)`
-        return yield* sql<Ranked & { readonly at: Date }>`
-          WITH fts AS (
-            SELECT d.id, d.at, ts_rank_cd(d.tsv, query, 32) AS score
-              FROM search_documents d, websearch_to_tsquery('english', ${q}) query
-             WHERE ${where} AND d.tsv @@ query
-             ORDER BY score DESC, d.at DESC, d.id DESC LIMIT ${k}),
-          trg AS (
-            SELECT d.id, d.at, word_similarity(${parsed.positive}, d.names) * ${TRIGRAM_SCALE} AS score
-              FROM search_documents d
-             WHERE ${trigram ? sql`true` : sql`false`} AND (SELECT count(*) FROM fts) < ${k}
-               AND ${where} AND ${parsed.positive} <% d.names AND ${excluded}
-               AND d.id NOT IN (SELECT id FROM fts)
-             ORDER BY score DESC, d.at DESC, d.id DESC LIMIT ${k})
-          SELECT id, at, score::float8 AS score FROM (SELECT * FROM fts UNION ALL SELECT * FROM trg) hits
-           ORDER BY score DESC, at DESC, id DESC LIMIT ${k}`
-      }).pipe(sql.withTransaction)
+      lexicalOver(sql, sql`search_documents`, filtersOf(orgId, f), q, k, timeoutMs)
 
     /** Every document of the organization a filter allows (the semantic leg ranks only those). */
     const allowed = (orgId: string, f: SearchFilters) =>

@@ -54,6 +54,50 @@ export const fuse = (
 
 const snippet = (body: string | null) => Array.from((body ?? "").replace(/\s+/g, " ").trim()).slice(0, 200).join("")
 
+/** Candidates per leg: more than shown, so fusion has something to agree on. */
+export const legSize = (limit: number) => Math.min(100, Math.max(50, limit * 2))
+
+/** The semantic leg's neighbours that pass the relevance floor, scores capped at 1. */
+export const relevantOf = (near: ReadonlyArray<Ranked>, floor: number): Array<Ranked> =>
+  near.filter((n) => n.score >= floor).map((n) => ({ id: n.id, score: Math.min(1, n.score) }))
+
+/** What a mode makes of the legs: one leg as it ranked, or both fused. */
+export const candidatesOf = (mode: SearchMode, lexical: ReadonlyArray<Ranked>, semantic: ReadonlyArray<Ranked>): Array<Fused> =>
+  mode === "lexical"
+    ? lexical.map((x) => ({ id: x.id, score: x.score, matched: ["lexical" as const] }))
+    : mode === "semantic"
+    ? semantic.map((x) => ({ id: x.id, score: x.score, matched: ["semantic" as const] }))
+    : fuse([{ leg: "lexical", ranked: lexical }, { leg: "semantic", ranked: semantic }], () => 0)
+
+/**
+ * The answer's results: each candidate with its hit row (a candidate without one, deleted since, is
+ * dropped), best first, equal scores newest first then by id, so the order never depends on the
+ * engine, cut to `limit`.
+ */
+export const resultsOf = (candidates: ReadonlyArray<Fused>, rows: ReadonlyArray<HitRow>, limit: number): Array<SearchResult> => {
+  const byId = new Map<string, HitRow>(rows.map((row) => [row.id, row]))
+  const results: Array<SearchResult> = []
+  for (const c of candidates) {
+    const row = byId.get(c.id)
+    if (row === undefined) continue
+    results.push({
+      kind: row.kind,
+      id: row.id,
+      thread_id: row.thread_id,
+      inbox_id: row.inbox_id,
+      subject: row.subject,
+      from: row.from_address,
+      to: row.to_addresses,
+      date: row.at,
+      snippet: snippet(row.body),
+      score: c.score,
+      matched: c.matched
+    })
+  }
+  results.sort((a, b) => b.score - a.score || b.date.getTime() - a.date.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+  return results.slice(0, limit)
+}
+
 export interface SearchRequest {
   readonly orgId: string
   readonly q: string
@@ -70,9 +114,6 @@ export class Search extends Effect.Service<Search>()("mailroom/Search", {
     const config = yield* AppConfig
     const budgetMs = Duration.toMillis(config.searchTimeout)
     const floor = Option.getOrElse(config.searchMinSimilarity, () => embedder.minSimilarity)
-
-    /** Candidates per leg: more than shown, so fusion has something to agree on. */
-    const legSize = (limit: number) => Math.min(100, Math.max(50, limit * 2))
 
     const semantic = (r: SearchRequest, k: number) =>
       Effect.gen(function*() {
@@ -97,7 +138,7 @@ export class Search extends Effect.Service<Search>()("mailroom/Search", {
         const near = yield* vectors.nearest(r.orgId, embedder.model, query!, k, only)
         // A vector held in memory may be stale: its message's content discarded (or the message
         // re-embedded) since. Only vectors still stored count.
-        const relevant = near.filter((n) => n.score >= floor).map((n) => ({ id: n.id, score: Math.min(1, n.score) }))
+        const relevant = relevantOf(near, floor)
         const current = yield* repo.embedded(r.orgId, embedder.model, relevant.map((n) => n.id))
         return relevant.filter((n) => current.has(n.id))
       })
@@ -112,37 +153,12 @@ export class Search extends Effect.Service<Search>()("mailroom/Search", {
           r.mode === "semantic" ? Effect.succeed<ReadonlyArray<Ranked>>([]) : lexicalLeg,
           r.mode === "lexical" ? Effect.succeed<ReadonlyArray<Ranked>>([]) : semantic(r, k)
         ], { concurrency: "unbounded" })
-        // Read back more than needed: a vector may belong to a message deleted since.
-        const candidates = r.mode === "lexical"
-          ? lexical.map((x) => ({ id: x.id, score: x.score, matched: ["lexical" as const] }))
-          : r.mode === "semantic"
-          ? sem.map((x) => ({ id: x.id, score: x.score, matched: ["semantic" as const] }))
-          : fuse([{ leg: "lexical", ranked: lexical }, { leg: "semantic", ranked: sem }], () => 0)
-        const rows = yield* repo.hydrate(r.orgId, candidates.map((c) => c.id))
-        const byId = new Map<string, HitRow>(rows.map((row) => [row.id, row]))
-        const results: Array<SearchResult> = []
-        for (const c of candidates) {
-          const row = byId.get(c.id)
-          if (row === undefined) continue
-          results.push({
-            kind: row.kind,
-            id: row.id,
-            thread_id: row.thread_id,
-            inbox_id: row.inbox_id,
-            subject: row.subject,
-            from: row.from_address,
-            to: row.to_addresses,
-            date: row.at,
-            snippet: snippet(row.body),
-            score: c.score,
-            matched: c.matched
-          })
-        }
-        // Best first; equal scores: newest first, then by id, so the order never depends on the engine.
-        results.sort((a, b) => b.score - a.score || b.date.getTime() - a.date.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+        const candidates = candidatesOf(r.mode, lexical, sem)
+        // Read back every candidate, not only `limit`: a vector may belong to a message deleted since.
+        const results = resultsOf(candidates, yield* repo.hydrate(r.orgId, candidates.map((c) => c.id)), r.limit)
         const took = (yield* Clock.currentTimeMillis) - started
         return {
-          results: results.slice(0, r.limit),
+          results,
           meta: { mode: r.mode, took_ms: Math.round(took), embedding_model: r.mode === "lexical" ? null : embedder.model }
         }
       })

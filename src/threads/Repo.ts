@@ -79,7 +79,11 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
           FROM sent_emails s ${sentJoin} WHERE ${scoped(sql, scope, "s")} AND s.status = 'sent'`
     }
 
-    const list = (scope: OrgScope, q: ThreadListQuery) =>
+    /**
+     * Threads aggregated from the messages `source` selects (the columns of `messages`, or the demo's
+     * rows given inline by `inlineMessages`), filtered, last activity first, a page and the total.
+     */
+    const listOver = (source: Statement.Fragment, q: ThreadListQuery) =>
       Effect.gen(function*() {
         const having: Array<Statement.Fragment> = []
         if (q.participant !== undefined) {
@@ -97,7 +101,7 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
           ? conds
           : [...conds, sql`(last_message_at, id) < (${q.after.createdAt}, ${q.after.id}::uuid)`]
         const rows = yield* sql<ThreadRow & { readonly page_total: number }>`
-          WITH m AS (${messages(scope, false, q.includeWake === true)}),
+          WITH m AS (${source}),
           t AS (
             SELECT thread_id AS id, count(*)::int AS message_count,
                    count(*) FILTER (WHERE direction = 'received')::int AS received_count,
@@ -112,6 +116,16 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
         return { rows: listed, total: rows[0]?.page_total ?? 0 }
       }).pipe(Effect.orDie)
 
+    const list = (scope: OrgScope, q: ThreadListQuery) => listOver(messages(scope, false, q.includeWake === true), q)
+
+    /** Message rows held in memory (the demo's) as a `listOver` source; nothing is stored. */
+    const inlineMessages = (rows: ReadonlyArray<MessageRow>): Statement.Fragment =>
+      sql`SELECT x.thread_id, x.direction, x.id, x.at, x.from_address, x.to_addresses, x.cc_addresses, x.subject,
+                 x.message_id, x.body, x.inbox_id, x.labels, x.read
+            FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS x(thread_id uuid, direction text, id uuid,
+                 at timestamptz, from_address text, to_addresses jsonb, cc_addresses jsonb, subject text,
+                 message_id text, body text, inbox_id uuid, labels jsonb, read boolean)`
+
     /** The messages of the given threads, oldest first (wake firings only with `includeWake`, the default). */
     const messagesOf = (scope: OrgScope, threadIds: ReadonlyArray<string>, includeWake = true) =>
       threadIds.length === 0
@@ -120,6 +134,6 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
             SELECT * FROM (${messages(scope, true, includeWake)}) m WHERE m.thread_id IN ${sql.in(threadIds)}
             ORDER BY m.at, m.id`.pipe(Effect.orDie)
 
-    return { list, messagesOf, messages } as const
+    return { list, listOver, inlineMessages, messagesOf, messages } as const
   })
 }) {}

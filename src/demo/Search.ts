@@ -10,7 +10,7 @@
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Option, Schedule } from "effect"
 import { SearchTimeout, ServiceUnavailable } from "../contract/Errors.js"
-import { extractReplyText } from "../emails/ReplyText.js"
+import { extractReplyText } from "../mail/ReplyText.js"
 import { AppConfig } from "../platform/Config.js"
 import type { SearchMode, SearchQuery, SearchScope } from "../search/Api.js"
 import { DEFAULT_SEARCH_LIMIT } from "../search/Api.js"

@@ -1,14 +1,12 @@
 /** Handlers of the Registries area. */
 import { HttpApiBuilder } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
-import { requireEntitlement } from "../account/Entitlement.js"
+import { Entitlements } from "../account/Entitlement.js"
 import { Conflict, Forbidden, NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { type EntryPatch, type EntryRow, RegistriesRepo, type RegistryRow, toEntry, toRegistry } from "./Repo.js"
-import { requireSendable } from "./Senders.js"
 
 const noRegistry = (name: string) => new NotFound({ message: `no registry ${name}` })
 const noEntry = (name: string, handle: string) => new NotFound({ message: `no entry ${handle} in registry ${name}` })
@@ -22,12 +20,11 @@ const ownerOnly = (registry: RegistryRow, what: string) =>
 export const RegistriesHttpLive = HttpApiBuilder.group(MailroomApi, "registries", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* RegistriesRepo
-    const sql = yield* SqlClient.SqlClient
-    const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
+    const entitlements = yield* Entitlements
     const caller = Effect.map(CurrentPrincipal, (p) => p.orgId)
 
-    const entitled = (org: string, what: string) => requireEntitlement(org, "registries", what).pipe(provideSql)
-    const sendable = (org: string, address: string) => requireSendable(org, address).pipe(provideSql)
+    const entitled = (org: string, what: string) => entitlements.require(org, "registries", what)
+    const sendable = repo.sendable
 
     const registryNamed = (name: string) =>
       Effect.flatMap(repo.find(name), Option.match({ onNone: () => Effect.fail(noRegistry(name)), onSome: Effect.succeed }))
@@ -201,4 +198,4 @@ export const RegistriesHttpLive = HttpApiBuilder.group(MailroomApi, "registries"
         Effect.map(decide(path.name, path.handle, "approved", repo.approve), ({ org, row }) => toEntry(row, org)))
       .handle("reject", ({ path }) =>
         Effect.map(decide(path.name, path.handle, "rejected", repo.reject), ({ org, row }) => toEntry(row, org, "rejected")))
-  })).pipe(Layer.provide(RegistriesRepo.Default))
+  })).pipe(Layer.provide([RegistriesRepo.Default, Entitlements.Default]))

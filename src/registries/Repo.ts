@@ -6,6 +6,7 @@ import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
 import { sqlState } from "../platform/SqlErrors.js"
 import type { Entry, EntryStatus, PublishPolicy, Registry } from "./Api.js"
+import { requireSendable } from "./Senders.js"
 
 export interface RegistryRow {
   readonly id: string
@@ -236,6 +237,23 @@ export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/R
         Effect.orDie
       )
 
-    return { find, insert, list, update, remove, findEntry, insertEntry, entries, updateEntry, removeEntry, approve, reject } as const
+    /** 403 `cannot_send_from_domain` unless the organization can send from `address` (registries/Senders.ts). */
+    const sendable = (orgId: string, address: string) => requireSendable(orgId, address).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+
+    return {
+      find,
+      insert,
+      list,
+      update,
+      remove,
+      findEntry,
+      insertEntry,
+      entries,
+      updateEntry,
+      removeEntry,
+      approve,
+      reject,
+      sendable
+    } as const
   })
 }) {}

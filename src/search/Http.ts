@@ -1,9 +1,8 @@
 /** Handlers of Search. */
 import { HttpApiBuilder } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
-import { requireEntitlement } from "../account/Entitlement.js"
+import { Entitlements } from "../account/Entitlement.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { inboxesOf } from "../platform/InboxLimit.js"
 import { DEFAULT_SEARCH_LIMIT } from "./Api.js"
@@ -14,12 +13,12 @@ import { VectorIndex } from "./Vectors.js"
 export const SearchHttpLive = HttpApiBuilder.group(MailroomApi, "search", (handlers) =>
   Effect.gen(function*() {
     const search = yield* Search
-    const sql = yield* SqlClient.SqlClient
+    const entitlements = yield* Entitlements
     return handlers.handle("search", ({ urlParams: p }) =>
       Effect.gen(function*() {
         const principal = yield* CurrentPrincipal
         const orgId = principal.orgId
-        yield* requireEntitlement(orgId, "search", "search").pipe(Effect.provideService(SqlClient.SqlClient, sql))
+        yield* entitlements.require(orgId, "search", "search")
         const mode = p.mode ?? "hybrid"
         const { meta, results } = yield* search.search({
           orgId,
@@ -39,4 +38,4 @@ export const SearchHttpLive = HttpApiBuilder.group(MailroomApi, "search", (handl
         })
         return { success: true as const, data: { results }, meta }
       }))
-  })).pipe(Layer.provide(Search.Default), Layer.provide([SearchRepo.Default, VectorIndex.Default]))
+  })).pipe(Layer.provide([Search.Default, Entitlements.Default]), Layer.provide([SearchRepo.Default, VectorIndex.Default]))

@@ -1,10 +1,9 @@
 /** Handlers of the Wake area. */
 import { HttpApiBuilder } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { PlanGate } from "../account/PlanGate.js"
-import { requireEntitlement } from "../account/Entitlement.js"
+import { Entitlements } from "../account/Entitlement.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { Conflict, NotFound, ValidationError } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
@@ -31,12 +30,12 @@ export const WakesHttpLive = HttpApiBuilder.group(MailroomApi, "wakes", (handler
     const endpoints = yield* EndpointsService
     const firing = yield* WakeFiring
     const config = yield* AppConfig
-    const sql = yield* SqlClient.SqlClient
+    const entitlements = yield* Entitlements
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     const entitledOrg = Effect.gen(function*() {
       const { orgId } = yield* CurrentPrincipal
-      yield* requireEntitlement(orgId, "functions", "wakes").pipe(Effect.provideService(SqlClient.SqlClient, sql))
+      yield* entitlements.require(orgId, "functions", "wakes")
       return orgId
     })
 
@@ -156,6 +155,6 @@ export const WakesHttpLive = HttpApiBuilder.group(MailroomApi, "wakes", (handler
           return toAllowlist(fn.id, wakeAddress(fn.id, config.managedInboxDomain), Option.some(row))
         }))
   })).pipe(
-    Layer.provide([WakesRepo.Default, WakeFiring.Default, EndpointsService.Default]),
+    Layer.provide([WakesRepo.Default, WakeFiring.Default, EndpointsService.Default, Entitlements.Default]),
     Layer.provide([FunctionsRepo.Default, EndpointsRepo.Default, DomainsRepo.Default, PlanGate.Default, Dns.Default, WebhookSecrets.Default])
   )

@@ -21,6 +21,7 @@ import { randomToken } from "../platform/Secrets.js"
 import { type DkimRecord, DkimKeys } from "./Dkim.js"
 import type { Domain } from "./Api.js"
 import { type DomainRow, DomainsRepo } from "./Repo.js"
+import { isOurExchange } from "./Exchange.js"
 
 export const TXT_PREFIX = "mailroom-verification="
 export const txtName = (domain: string) => `_mailroom.${domain}`
@@ -64,9 +65,7 @@ export const toDomain = (row: DomainRow, managedDomain: string, dkim: DkimRecord
   }
 }
 
-/** True when an MX exchange delivers to this service. */
-export const isOurExchange = (exchange: string, managedDomain: string) =>
-  exchange === managedDomain || exchange.endsWith(`.${managedDomain}`)
+export { isOurExchange } from "./Exchange.js"
 
 export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (handlers) =>
   Effect.gen(function*() {

@@ -1,21 +1,25 @@
 /** SQL of Inboxes. */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { inboxCondition, type OrgScope, orgOf } from "../platform/InboxLimit.js"
 import { pageWithTotal } from "../platform/Listing.js"
-import type { Plan } from "../contract/Plans.js"
+import { Plan } from "../contract/Plans.js"
+import { allRows, firstRow, pageRows, Timestamp } from "../platform/RowFields.js"
 import type { Inbox } from "./Api.js"
 
-export interface InboxRow {
-  readonly id: string
-  readonly org_id: string
-  readonly address: string
-  readonly display_name: string | null
-  readonly is_default: boolean
-  readonly created_at: Date
-  readonly updated_at: Date
-}
+export const InboxRow = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  address: Schema.String,
+  display_name: Schema.NullOr(Schema.String),
+  is_default: Schema.Boolean,
+  created_at: Timestamp,
+  updated_at: Timestamp
+})
+export type InboxRow = typeof InboxRow.Type
+
+const PlanRow = Schema.Struct({ plan: Plan })
 
 export const toInbox = (r: InboxRow): Inbox => ({
   id: r.id,
@@ -41,10 +45,10 @@ export class InboxesRepo extends Effect.Service<InboxesRepo>()("mailroom/Inboxes
     const visible = (scope: OrgScope) => sql.and([sql`org_id = ${orgOf(scope)}`, inboxCondition(sql, scope, "id")])
 
     const list = (scope: OrgScope, limit: number, after: Position | undefined) =>
-      pageWithTotal<InboxRow>(sql, "inboxes", visible(scope), limit, after)
+      pageWithTotal<{ readonly id: string }>(sql, "inboxes", visible(scope), limit, after).pipe(pageRows(InboxRow, "inbox page"))
 
     const find = (scope: OrgScope, id: string) =>
-      Effect.map(sql<InboxRow>`SELECT * FROM inboxes WHERE id = ${id} AND ${visible(scope)}`, (r) => Option.fromNullable(r[0]))
+      sql`SELECT * FROM inboxes WHERE id = ${id} AND ${visible(scope)}`.pipe(firstRow(InboxRow, "inbox by id"))
 
     /**
      * The plan and inbox count of an organization, its row locked so concurrent creates count one
@@ -53,25 +57,19 @@ export class InboxesRepo extends Effect.Service<InboxesRepo>()("mailroom/Inboxes
      */
     const lockCount = (orgId: string) =>
       Effect.gen(function*() {
-        const plan = yield* sql<{ plan: Plan }>`SELECT plan FROM organizations WHERE id = ${orgId} FOR UPDATE`
+        const plan = yield* sql`SELECT plan FROM organizations WHERE id = ${orgId} FOR UPDATE`.pipe(allRows(PlanRow, "plan (locked)"))
         const count = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM inboxes WHERE org_id = ${orgId}`
         return { plan: plan[0]?.plan ?? ("agent" as const), n: count[0]?.n ?? 0 }
       })
 
     const insert = (orgId: string, address: string, displayName: string | null) =>
-      Effect.map(
-        sql<InboxRow>`INSERT INTO inboxes (org_id, address, display_name) VALUES (${orgId}, ${address}, ${displayName})
-          ON CONFLICT (address) DO NOTHING RETURNING *`,
-        (r) => Option.fromNullable(r[0])
-      )
+      sql`INSERT INTO inboxes (org_id, address, display_name) VALUES (${orgId}, ${address}, ${displayName})
+          ON CONFLICT (address) DO NOTHING RETURNING *`.pipe(firstRow(InboxRow, "inbox insert"))
 
     const update = (orgId: string, id: string, set: { readonly address: string; readonly displayName: string | null }) =>
-      Effect.map(
-        sql<InboxRow>`UPDATE inboxes SET address = ${set.address}, display_name = ${set.displayName},
+      sql`UPDATE inboxes SET address = ${set.address}, display_name = ${set.displayName},
             updated_at = date_trunc('milliseconds', now())
-          WHERE id = ${id} AND org_id = ${orgId} RETURNING *`,
-        (r) => Option.fromNullable(r[0])
-      )
+          WHERE id = ${id} AND org_id = ${orgId} RETURNING *`.pipe(firstRow(InboxRow, "inbox update"))
 
     const users = (orgId: string, id: string) =>
       Effect.map(
@@ -85,9 +83,8 @@ export class InboxesRepo extends Effect.Service<InboxesRepo>()("mailroom/Inboxes
       )
 
     const remove = (orgId: string, id: string) =>
-      Effect.map(
-        sql<InboxRow>`DELETE FROM inboxes WHERE id = ${id} AND org_id = ${orgId} AND NOT is_default RETURNING *`,
-        (r) => Option.fromNullable(r[0])
+      sql`DELETE FROM inboxes WHERE id = ${id} AND org_id = ${orgId} AND NOT is_default RETURNING *`.pipe(
+        firstRow(InboxRow, "inbox delete")
       )
 
     return { list, find, lockCount, insert, update, users, remove } as const

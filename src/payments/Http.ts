@@ -1,6 +1,5 @@
-/** Handlers of the Payments area. */
+/** Handlers of the Payments area: HTTP to PaymentsService, PaymentsRepo and the email rail (no SQL here). */
 import { HttpApiBuilder } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Conflict, NotFound, ValidationError } from "../contract/Errors.js"
@@ -9,29 +8,21 @@ import { CurrentPrincipal } from "../contract/Security.js"
 import { AppConfig } from "../platform/Config.js"
 import { setHeader } from "../platform/HttpHeaders.js"
 import { Policy as AccessPolicy } from "../policy/Policy.js"
-import type { Policy, PayoutAddress } from "./Api.js"
+import type { Policy } from "./Api.js"
 import { toSentEmail } from "../sending/Repo.js"
 import { EmailRail } from "./EmailRail.js"
 import { apiErrorOf } from "./Failures.js"
 import { atomicOf, fromAtomic, toAtomic } from "./Money.js"
 import { utcDay } from "./Policy.js"
-import { type ChallengeRow, type PaymentRow, PaymentsRepo, toChallenge, toPayment, visibleTo } from "./Repo.js"
+import { PaymentsRepo, toChallenge, toPayment } from "./Repo.js"
 import { PaymentsService } from "./Service.js"
 import { addressProblemText, displayAddress, parseEvmAddress } from "./Address.js"
 
 const invalid = (field: string, reason: string) =>
   new ValidationError({ message: `${field}: ${reason}`, details: { issues: [{ field, reason }] } })
 
-const CHALLENGE_COLUMNS = `p.id, p.org_id, p.amount::text AS amount, p.asset, p.network, p.pay_to, p.payer_address,
-  p.description, p.nonce, p.max_timeout_seconds, p.expires_at, p.payment_id, p.paid_at, p.created_at,
-  p.deliver_to, p.sent_email_id`
-const PAYMENT_COLUMNS = `p.id, p.challenge_id, p.rail, p.payer_org_id, p.payee_org_id, p.status, p.amount::text AS amount,
-  p.asset, p.network, p.payer_address, p.pay_to, p.nonce, p.transaction, p.failure_code, p.failure_category,
-  p.failure_reasons, p.failure_message, p.spent_at, p.settled_at, p.created_at`
-
 export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (handlers) =>
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const config = yield* AppConfig
     const policy = yield* AccessPolicy
     const service = yield* PaymentsService
@@ -67,9 +58,7 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
       .handle("listPayoutAddresses", () =>
         Effect.gen(function*() {
           const orgId = yield* entitled
-          const rows = yield* sql<PayoutAddress>`
-            SELECT network, address, created_at, updated_at FROM payout_addresses WHERE org_id = ${orgId}
-            ORDER BY network`.pipe(Effect.orDie)
+          const rows = yield* repo.payoutAddresses(orgId)
           return { items: rows, meta: { total: rows.length, limit: Math.max(rows.length, 1), cursor: null } }
         }))
       .handle("setPayoutAddress", ({ path, payload }) =>
@@ -80,12 +69,7 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
           }
           const parsed = parseEvmAddress(payload.address)
           if (!parsed.ok) return yield* invalid("address", addressProblemText(parsed.problem))
-          const address = parsed.address
-          const rows = yield* sql<PayoutAddress>`
-            INSERT INTO payout_addresses (org_id, network, address) VALUES (${orgId}, ${path.network}, ${address})
-            ON CONFLICT (org_id, network) DO UPDATE SET address = EXCLUDED.address, updated_at = now()
-            RETURNING network, address, created_at, updated_at`.pipe(Effect.orDie)
-          return rows[0]!
+          return yield* repo.setPayoutAddress(orgId, path.network, parsed.address)
         }))
       .handle("getPolicy", () => Effect.flatMap(entitled, policyOf))
       .handle("updatePolicy", ({ payload }) =>
@@ -97,16 +81,13 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
           const allowlist = payload.payee_allowlist == null
             ? null
             : [...new Set(payload.payee_allowlist.map((e) => e.startsWith("0x") ? displayAddress(e) : e.toLowerCase()))]
-          yield* sql`
-            INSERT INTO payment_policies (org_id, paused, per_payment_cap, daily_cap, payee_allowlist, updated_at)
-            VALUES (${orgId}, ${payload.paused ?? false}, ${cap(payload.per_payment_cap)}::numeric,
-              ${cap(payload.daily_cap)}::numeric, ${allowlist === null ? null : pgArray(allowlist)}::text[], now())
-            ON CONFLICT (org_id) DO UPDATE SET
-              paused = CASE WHEN ${has("paused")} THEN EXCLUDED.paused ELSE payment_policies.paused END,
-              per_payment_cap = CASE WHEN ${has("per_payment_cap")} THEN EXCLUDED.per_payment_cap ELSE payment_policies.per_payment_cap END,
-              daily_cap = CASE WHEN ${has("daily_cap")} THEN EXCLUDED.daily_cap ELSE payment_policies.daily_cap END,
-              payee_allowlist = CASE WHEN ${has("payee_allowlist")} THEN EXCLUDED.payee_allowlist ELSE payment_policies.payee_allowlist END,
-              updated_at = now()`.pipe(Effect.orDie)
+          yield* repo.upsertPolicy(orgId, {
+            paused: payload.paused,
+            perPaymentCap: cap(payload.per_payment_cap),
+            dailyCap: cap(payload.daily_cap),
+            payeeAllowlist: allowlist,
+            has
+          })
           return yield* policyOf(orgId)
         }))
       .handle("createChallenge", ({ payload }) =>
@@ -117,7 +98,7 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
           if (payload.deliver_to !== undefined) {
             // Email rail: mailed now; a challenge that could not be mailed is not kept.
             yield* rail.mailChallenge(orgId, created, payload.deliver_to).pipe(
-              Effect.tapError(() => sql`DELETE FROM payment_challenges WHERE id = ${created.id}`.pipe(Effect.orDie))
+              Effect.tapError(() => repo.deleteChallenge(created.id))
             )
             row = Option.getOrElse(yield* service.challengeById(created.id), () => created)
           }
@@ -129,17 +110,8 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
           const limit = q.limit ?? DEFAULT_PAGE_SIZE
           const after = yield* decodeCursor(q.cursor)
           const now = new Date(yield* Clock.currentTimeMillis)
-          const conds = [sql`p.org_id = ${orgId}`]
-          if (q.status === "paid") conds.push(sql`p.paid_at IS NOT NULL`)
-          if (q.status === "pending") conds.push(sql`p.paid_at IS NULL AND p.expires_at > ${now}`)
-          if (q.status === "expired") conds.push(sql`p.paid_at IS NULL AND p.expires_at <= ${now}`)
-          const page = after === undefined ? conds : [...conds, sql`(p.created_at, p.id) < (${after.createdAt}, ${after.id})`]
-          const [rows, total] = yield* Effect.all([
-            sql<ChallengeRow>`SELECT ${sql.literal(CHALLENGE_COLUMNS)} FROM payment_challenges p WHERE ${sql.and(page)}
-                              ORDER BY p.created_at DESC, p.id DESC LIMIT ${limit + 1}`,
-            sql<{ n: number }>`SELECT count(*)::int AS n FROM payment_challenges p WHERE ${sql.and(conds)}`
-          ]).pipe(Effect.orDie)
-          return pageOf(rows, limit, total[0]?.n ?? 0, (r) => toChallenge(r, orgId, now.getTime(), config.publicBaseUrl))
+          const { rows, total } = yield* repo.challengePage(orgId, q.status, now, limit, after)
+          return pageOf(rows, limit, total, (r) => toChallenge(r, orgId, now.getTime(), config.publicBaseUrl))
         }))
       .handle("getChallenge", ({ path }) =>
         Effect.gen(function*() {
@@ -185,26 +157,14 @@ export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (h
           const orgId = yield* entitled
           const limit = q.limit ?? DEFAULT_PAGE_SIZE
           const after = yield* decodeCursor(q.cursor)
-          const conds = [visibleTo(sql, orgId, q.direction)]
-          if (q.status !== undefined) conds.push(sql`p.status = ${q.status}`)
-          const page = after === undefined ? conds : [...conds, sql`(p.created_at, p.id) < (${after.createdAt}, ${after.id})`]
-          const [rows, total] = yield* Effect.all([
-            sql<PaymentRow>`SELECT ${sql.literal(PAYMENT_COLUMNS)} FROM payments p WHERE ${sql.and(page)}
-                            ORDER BY p.created_at DESC, p.id DESC LIMIT ${limit + 1}`,
-            sql<{ n: number }>`SELECT count(*)::int AS n FROM payments p WHERE ${sql.and(conds)}`
-          ]).pipe(Effect.orDie)
-          return pageOf(rows, limit, total[0]?.n ?? 0, (r) => toPayment(r, orgId))
+          const { rows, total } = yield* repo.paymentPage(orgId, q.direction, q.status, limit, after)
+          return pageOf(rows, limit, total, (r) => toPayment(r, orgId))
         }))
       .handle("getPayment", ({ path }) =>
         Effect.gen(function*() {
           const orgId = yield* entitled
-          const rows = yield* sql<PaymentRow>`SELECT ${sql.literal(PAYMENT_COLUMNS)} FROM payments p
-                                              WHERE p.id = ${path.id} AND ${visibleTo(sql, orgId, undefined)}`.pipe(Effect.orDie)
-          const row = rows[0]
-          if (row === undefined) return yield* new NotFound({ message: `no payment ${path.id}` })
-          return toPayment(row, orgId)
+          const row = yield* repo.findPayment(orgId, path.id)
+          if (Option.isNone(row)) return yield* new NotFound({ message: `no payment ${path.id}` })
+          return toPayment(row.value, orgId)
         }))
   }))
-
-/** A PostgreSQL array literal of plain tokens (ids and addresses). */
-const pgArray = (items: ReadonlyArray<string>) => `{${items.map((s) => `"${s.replace(/["\\]/g, "")}"`).join(",")}}`

@@ -2,11 +2,12 @@
  * The two rails a payment travels, as the pipeline sees them: who guards it (the payer's spend policy
  * on the HTTP rail, the payee's settle caps on the email rail) and who hears of it.
  */
-import type { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { type SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
 import { capped, declined, type PaymentFailure } from "./Failures.js"
 import { evaluatePolicy, utcDay } from "./Policy.js"
-import { type ChallengeRow, type PaymentsRepo, type PolicyRow, policyOf } from "./Repo.js"
+import { rowsOrDieOnParse } from "../platform/RowFields.js"
+import { type ChallengeRow, type PaymentsRepo, PolicyRow, policyOf } from "./Repo.js"
 import type { SettleCaps } from "./SettleCaps.js"
 
 /** The side of a flow that decides, guards and hears about a payment. */
@@ -30,10 +31,14 @@ export interface Rail {
 export const lockedPolicy = (sql: SqlClient.SqlClient, orgId: string) =>
   Effect.gen(function*() {
     yield* sql`INSERT INTO payment_policies (org_id) VALUES (${orgId}) ON CONFLICT (org_id) DO NOTHING`
-    const rows = yield* sql<PolicyRow>`
-      SELECT paused, per_payment_cap::text, daily_cap::text, payee_allowlist, updated_at
-      FROM payment_policies WHERE org_id = ${orgId} FOR UPDATE`
-    return rows[0]
+    const row = yield* SqlSchema.findOne({
+      Request: Schema.String,
+      Result: PolicyRow,
+      execute: (orgId) =>
+        sql`SELECT paused, per_payment_cap::text, daily_cap::text, payee_allowlist, updated_at
+            FROM payment_policies WHERE org_id = ${orgId} FOR UPDATE`
+    })(orgId).pipe(rowsOrDieOnParse("locked spend policy"))
+    return Option.getOrUndefined(row)
   })
 
 export const makeRails = (deps: { readonly sql: SqlClient.SqlClient; readonly repo: PaymentsRepo; readonly caps: SettleCaps }) => {

@@ -1,60 +1,90 @@
 /** SQL of the Payments area and the mapping of its rows to the API's representations. */
-import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import type { Position } from "../contract/Paging.js"
+import { Count, NullableTimestamp, rowsOrDie, TextArray, Timestamp } from "../platform/RowFields.js"
 import type { Challenge, Payment, PaymentRequired, PayoutAddress } from "./Api.js"
 import { atomicOf, fromAtomic } from "./Money.js"
 import { networkInfo } from "./Networks.js"
 import type { SpendPolicy } from "./Policy.js"
 
-export interface ChallengeRow {
-  readonly id: string
-  readonly org_id: string
-  readonly amount: string
-  readonly asset: string
-  readonly network: string
-  readonly pay_to: string
-  readonly payer_address: string | null
-  readonly description: string | null
-  readonly nonce: string
-  readonly max_timeout_seconds: number
-  readonly expires_at: Date
-  readonly payment_id: string | null
-  readonly paid_at: Date | null
-  readonly created_at: Date
+/** A payment challenge as the columns of `CHALLENGE_COLUMNS` (or `*`) give it; the amount as text. */
+export const ChallengeRow = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  amount: Schema.String,
+  asset: Schema.String,
+  network: Schema.String,
+  pay_to: Schema.String,
+  payer_address: Schema.NullOr(Schema.String),
+  description: Schema.NullOr(Schema.String),
+  nonce: Schema.String,
+  max_timeout_seconds: Schema.Number,
+  expires_at: Timestamp,
+  payment_id: Schema.NullOr(Schema.String),
+  paid_at: NullableTimestamp,
+  created_at: Timestamp,
   /** The email rail: where the challenge was mailed, and the sent email. */
-  readonly deliver_to: string | null
-  readonly sent_email_id: string | null
-}
+  deliver_to: Schema.NullOr(Schema.String),
+  sent_email_id: Schema.NullOr(Schema.String)
+})
+export type ChallengeRow = typeof ChallengeRow.Type
 
-export interface PaymentRow {
-  readonly id: string
-  readonly challenge_id: string
-  readonly rail: "http" | "email"
-  readonly payer_org_id: string | null
-  readonly payee_org_id: string
-  readonly status: "settling" | "settled" | "failed"
-  readonly amount: string
-  readonly asset: string
-  readonly network: string
-  readonly payer_address: string | null
-  readonly pay_to: string
-  readonly nonce: string | null
-  readonly transaction: string | null
-  readonly failure_code: string | null
-  readonly failure_category: "declined" | "cap" | "verification" | "settlement" | null
-  readonly failure_reasons: ReadonlyArray<string> | null
-  readonly failure_message: string | null
-  readonly spent_at: Date
-  readonly settled_at: Date | null
-  readonly created_at: Date
-}
+export const PaymentRow = Schema.Struct({
+  id: Schema.String,
+  challenge_id: Schema.String,
+  rail: Schema.Literal("http", "email"),
+  payer_org_id: Schema.NullOr(Schema.String),
+  payee_org_id: Schema.String,
+  status: Schema.Literal("settling", "settled", "failed"),
+  amount: Schema.String,
+  asset: Schema.String,
+  network: Schema.String,
+  payer_address: Schema.NullOr(Schema.String),
+  pay_to: Schema.String,
+  nonce: Schema.NullOr(Schema.String),
+  transaction: Schema.NullOr(Schema.String),
+  failure_code: Schema.NullOr(Schema.String),
+  failure_category: Schema.NullOr(Schema.Literal("declined", "cap", "verification", "settlement")),
+  failure_reasons: Schema.NullOr(TextArray),
+  failure_message: Schema.NullOr(Schema.String),
+  spent_at: Timestamp,
+  settled_at: NullableTimestamp,
+  created_at: Timestamp
+})
+export type PaymentRow = typeof PaymentRow.Type
 
-export interface PolicyRow {
-  readonly paused: boolean
-  readonly per_payment_cap: string | null
-  readonly daily_cap: string | null
-  readonly payee_allowlist: ReadonlyArray<string> | null
-  readonly updated_at: Date | null
+export const PolicyRow = Schema.Struct({
+  paused: Schema.Boolean,
+  per_payment_cap: Schema.NullOr(Schema.String),
+  daily_cap: Schema.NullOr(Schema.String),
+  payee_allowlist: Schema.NullOr(TextArray),
+  updated_at: NullableTimestamp
+})
+export type PolicyRow = typeof PolicyRow.Type
+
+const PayoutAddressRow = Schema.Struct({
+  network: Schema.String,
+  address: Schema.String,
+  created_at: Timestamp,
+  updated_at: Timestamp
+})
+
+/** Explicit columns (alias `p`): the amounts as text, so no numeric reaches JavaScript as a float. */
+const CHALLENGE_COLUMNS = `p.id, p.org_id, p.amount::text AS amount, p.asset, p.network, p.pay_to, p.payer_address,
+  p.description, p.nonce, p.max_timeout_seconds, p.expires_at, p.payment_id, p.paid_at, p.created_at,
+  p.deliver_to, p.sent_email_id`
+const PAYMENT_COLUMNS = `p.id, p.challenge_id, p.rail, p.payer_org_id, p.payee_org_id, p.status, p.amount::text AS amount,
+  p.asset, p.network, p.payer_address, p.pay_to, p.nonce, p.transaction, p.failure_code, p.failure_category,
+  p.failure_reasons, p.failure_message, p.spent_at, p.settled_at, p.created_at`
+
+/** A change of a spend policy: a field absent from the request keeps its stored value. */
+export interface PolicyPatch {
+  readonly paused: boolean | undefined
+  readonly perPaymentCap: string | null
+  readonly dailyCap: string | null
+  readonly payeeAllowlist: ReadonlyArray<string> | null
+  readonly has: (field: "paused" | "per_payment_cap" | "daily_cap" | "payee_allowlist") => boolean
 }
 
 export const policyOf = (row: PolicyRow | undefined): SpendPolicy => ({
@@ -179,21 +209,42 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const findChallenge = (id: string) =>
-      sql<ChallengeRow>`SELECT * FROM payment_challenges WHERE id = ${id}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
-        Effect.orDie
-      )
+    const findChallenge = SqlSchema.findOne({
+      Request: Schema.String,
+      Result: ChallengeRow,
+      execute: (id) => sql`SELECT ${sql.literal(CHALLENGE_COLUMNS)} FROM payment_challenges p WHERE p.id = ${id}`
+    })
 
+    /** A payment the organization sees (`visibleTo`). */
     const findPayment = (orgId: string, id: string) =>
-      sql<PaymentRow>`SELECT * FROM payments p WHERE p.id = ${id} AND ${visibleTo(sql, orgId, undefined)}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
-        Effect.orDie
-      )
+      SqlSchema.findOne({
+        Request: Schema.String,
+        Result: PaymentRow,
+        execute: (id) =>
+          sql`SELECT ${sql.literal(PAYMENT_COLUMNS)} FROM payments p WHERE p.id = ${id} AND ${visibleTo(sql, orgId, undefined)}`
+      })(id).pipe(rowsOrDie("payment by id"))
 
     const policyRow = (orgId: string) =>
-      sql<PolicyRow>`SELECT paused, per_payment_cap::text, daily_cap::text, payee_allowlist, updated_at
-                     FROM payment_policies WHERE org_id = ${orgId}`.pipe(Effect.map((rows) => rows[0]), Effect.orDie)
+      SqlSchema.findOne({
+        Request: Schema.String,
+        Result: PolicyRow,
+        execute: (orgId) =>
+          sql`SELECT paused, per_payment_cap::text, daily_cap::text, payee_allowlist, updated_at
+              FROM payment_policies WHERE org_id = ${orgId}`
+      })(orgId).pipe(Effect.map(Option.getOrUndefined), rowsOrDie("spend policy"))
+
+    /** Creates or changes an organization's spend policy; caps are atomic amounts as text. */
+    const upsertPolicy = (orgId: string, patch: PolicyPatch) =>
+      sql`
+        INSERT INTO payment_policies (org_id, paused, per_payment_cap, daily_cap, payee_allowlist, updated_at)
+        VALUES (${orgId}, ${patch.paused ?? false}, ${patch.perPaymentCap}::numeric,
+          ${patch.dailyCap}::numeric, ${patch.payeeAllowlist === null ? null : pgArray(patch.payeeAllowlist)}::text[], now())
+        ON CONFLICT (org_id) DO UPDATE SET
+          paused = CASE WHEN ${patch.has("paused")} THEN EXCLUDED.paused ELSE payment_policies.paused END,
+          per_payment_cap = CASE WHEN ${patch.has("per_payment_cap")} THEN EXCLUDED.per_payment_cap ELSE payment_policies.per_payment_cap END,
+          daily_cap = CASE WHEN ${patch.has("daily_cap")} THEN EXCLUDED.daily_cap ELSE payment_policies.daily_cap END,
+          payee_allowlist = CASE WHEN ${patch.has("payee_allowlist")} THEN EXCLUDED.payee_allowlist ELSE payment_policies.payee_allowlist END,
+          updated_at = now()`.pipe(Effect.asVoid, Effect.orDie)
 
     /**
      * What a payer's organization committed in [start, end): its settled and settling payments (HTTP)
@@ -217,6 +268,23 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
         Effect.orDie
       )
 
+    const payoutAddresses = SqlSchema.findAll({
+      Request: Schema.String,
+      Result: PayoutAddressRow,
+      execute: (orgId) =>
+        sql`SELECT network, address, created_at, updated_at FROM payout_addresses WHERE org_id = ${orgId} ORDER BY network`
+    })
+
+    const setPayoutAddress = (orgId: string, network: string, address: string) =>
+      SqlSchema.single({
+        Request: Schema.Void,
+        Result: PayoutAddressRow,
+        execute: () =>
+          sql`INSERT INTO payout_addresses (org_id, network, address) VALUES (${orgId}, ${network}, ${address})
+              ON CONFLICT (org_id, network) DO UPDATE SET address = EXCLUDED.address, updated_at = now()
+              RETURNING network, address, created_at, updated_at`
+      })(undefined).pipe(rowsOrDie("payout address upsert"))
+
     /** The organizations whose payout address on `network` is `address` (any case). */
     const ownersOf = (network: string, address: string) =>
       sql<{ org_id: string }>`SELECT org_id FROM payout_addresses WHERE network = ${network} AND lower(address) = ${address.toLowerCase()}`.pipe(
@@ -224,6 +292,81 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
         Effect.orDie
       )
 
-    return { findChallenge, findPayment, policyRow, spentBy, payoutAddress, ownersOf } as const
+    /** A challenge that could not be mailed is not kept. */
+    const deleteChallenge = (id: string) => sql`DELETE FROM payment_challenges WHERE id = ${id}`.pipe(Effect.asVoid, Effect.orDie)
+
+    /** A keyset page of the organization's challenges (newest first) and the count the filter matches. */
+    const challengePage = (
+      orgId: string,
+      status: "paid" | "pending" | "expired" | undefined,
+      now: Date,
+      limit: number,
+      after: Position | undefined
+    ) => {
+      const conds = [sql`p.org_id = ${orgId}`]
+      if (status === "paid") conds.push(sql`p.paid_at IS NOT NULL`)
+      if (status === "pending") conds.push(sql`p.paid_at IS NULL AND p.expires_at > ${now}`)
+      if (status === "expired") conds.push(sql`p.paid_at IS NULL AND p.expires_at <= ${now}`)
+      const page = after === undefined ? conds : [...conds, sql`(p.created_at, p.id) < (${after.createdAt}, ${after.id})`]
+      return Effect.all([
+        SqlSchema.findAll({
+          Request: Schema.Void,
+          Result: ChallengeRow,
+          execute: () =>
+            sql`SELECT ${sql.literal(CHALLENGE_COLUMNS)} FROM payment_challenges p WHERE ${sql.and(page)}
+                ORDER BY p.created_at DESC, p.id DESC LIMIT ${limit + 1}`
+        })(undefined),
+        countOf(sql`SELECT count(*)::int AS n FROM payment_challenges p WHERE ${sql.and(conds)}`)
+      ]).pipe(Effect.map(([rows, total]) => ({ rows, total })), rowsOrDie("challenge page"))
+    }
+
+    /** A keyset page of the payments the organization sees (newest first) and the count the filter matches. */
+    const paymentPage = (
+      orgId: string,
+      direction: "in" | "out" | undefined,
+      status: PaymentRow["status"] | undefined,
+      limit: number,
+      after: Position | undefined
+    ) => {
+      const conds = [visibleTo(sql, orgId, direction)]
+      if (status !== undefined) conds.push(sql`p.status = ${status}`)
+      const page = after === undefined ? conds : [...conds, sql`(p.created_at, p.id) < (${after.createdAt}, ${after.id})`]
+      return Effect.all([
+        SqlSchema.findAll({
+          Request: Schema.Void,
+          Result: PaymentRow,
+          execute: () =>
+            sql`SELECT ${sql.literal(PAYMENT_COLUMNS)} FROM payments p WHERE ${sql.and(page)}
+                ORDER BY p.created_at DESC, p.id DESC LIMIT ${limit + 1}`
+        })(undefined),
+        countOf(sql`SELECT count(*)::int AS n FROM payments p WHERE ${sql.and(conds)}`)
+      ]).pipe(Effect.map(([rows, total]) => ({ rows, total })), rowsOrDie("payment page"))
+    }
+
+    return {
+      findChallenge: (id: string) => findChallenge(id).pipe(rowsOrDie("challenge by id")),
+      findPayment,
+      policyRow,
+      upsertPolicy,
+      spentBy,
+      payoutAddress,
+      payoutAddresses: (orgId: string) => payoutAddresses(orgId).pipe(rowsOrDie("payout addresses")),
+      setPayoutAddress,
+      ownersOf,
+      deleteChallenge,
+      challengePage,
+      paymentPage
+    } as const
   })
 }) {}
+
+const CountRow = Schema.Struct({ n: Count })
+
+/** The `n` of a one-row count statement. */
+const countOf = <E, R>(statement: Effect.Effect<ReadonlyArray<unknown>, E, R>) =>
+  SqlSchema.single({ Request: Schema.Void, Result: CountRow, execute: () => statement })(undefined).pipe(
+    Effect.map((r) => r.n)
+  )
+
+/** A PostgreSQL array literal of plain tokens (ids and addresses). */
+const pgArray = (items: ReadonlyArray<string>) => `{${items.map((s) => `"${s.replace(/["\\]/g, "")}"`).join(",")}}`

@@ -1,6 +1,5 @@
 /** Handlers of the Registries area. */
 import { HttpApiBuilder } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Conflict, Forbidden, NotFound } from "../contract/Errors.js"
@@ -8,7 +7,6 @@ import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { Policy } from "../policy/Policy.js"
 import { type EntryPatch, type EntryRow, RegistriesRepo, type RegistryRow, toEntry, toRegistry } from "./Repo.js"
-import { requireSendable } from "./Senders.js"
 
 const noRegistry = (name: string) => new NotFound({ message: `no registry ${name}` })
 const noEntry = (name: string, handle: string) => new NotFound({ message: `no entry ${handle} in registry ${name}` })
@@ -22,12 +20,10 @@ const ownerOnly = (registry: RegistryRow, what: string) =>
 export const RegistriesHttpLive = HttpApiBuilder.group(MailroomApi, "registries", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* RegistriesRepo
-    const sql = yield* SqlClient.SqlClient
-    const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     const policy = yield* Policy
     const caller = Effect.map(CurrentPrincipal, (p) => p.orgId)
 
-    const sendable = (org: string, address: string) => requireSendable(org, address).pipe(provideSql)
+    const sendable = repo.sendable
 
     const registryNamed = (name: string) =>
       Effect.flatMap(repo.find(name), Option.match({ onNone: () => Effect.fail(noRegistry(name)), onSome: Effect.succeed }))

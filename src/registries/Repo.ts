@@ -1,36 +1,41 @@
 /** SQL of registries and their entries. */
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { Conflict, NotFound } from "../contract/Errors.js"
 import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
+import { allRows, Count, firstRow, JsonColumn, pageRows, TextArray, Timestamp } from "../platform/RowFields.js"
 import { sqlState } from "../platform/SqlErrors.js"
-import type { Entry, EntryStatus, PublishPolicy, Registry } from "./Api.js"
+import { type Entry, type EntryStatus, PublishPolicy, type Registry } from "./Api.js"
+import { requireSendable } from "./Senders.js"
 
-export interface RegistryRow {
-  readonly id: string
-  readonly org_id: string
-  readonly name: string
-  readonly description: string | null
-  readonly publish_policy: PublishPolicy
-  readonly entry_count: number
-  readonly created_at: Date
-  readonly updated_at: Date
-}
+export const RegistryRow = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  name: Schema.String,
+  description: Schema.NullOr(Schema.String),
+  publish_policy: PublishPolicy,
+  entry_count: Count,
+  created_at: Timestamp,
+  updated_at: Timestamp
+})
+export type RegistryRow = typeof RegistryRow.Type
 
-export interface EntryRow {
-  readonly id: string
-  readonly registry_id: string
-  readonly org_id: string
-  readonly handle: string
-  readonly address: string
-  readonly description: string | null
-  readonly capabilities: ReadonlyArray<string>
-  readonly metadata: Readonly<Record<string, unknown>>
-  readonly status: "pending" | "published"
-  readonly created_at: Date
-  readonly updated_at: Date
-}
+export const EntryRow = Schema.Struct({
+  id: Schema.String,
+  registry_id: Schema.String,
+  org_id: Schema.String,
+  handle: Schema.String,
+  address: Schema.String,
+  description: Schema.NullOr(Schema.String),
+  /** jsonb columns. */
+  capabilities: TextArray,
+  metadata: Schema.Record({ key: Schema.String, value: JsonColumn }),
+  status: Schema.Literal("pending", "published"),
+  created_at: Timestamp,
+  updated_at: Timestamp
+})
+export type EntryRow = typeof EntryRow.Type
 
 export const toRegistry = (r: RegistryRow, callerOrg: string): Registry => ({
   id: r.id,
@@ -83,10 +88,10 @@ export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/R
      * (a name match wins, since a lowercase UUID is also a valid name).
      */
     const find = (ref: string) =>
-      sql<RegistryRow>`SELECT r.*, ${sql.literal(ENTRY_COUNT)} FROM registries r
+      sql`SELECT r.*, ${sql.literal(ENTRY_COUNT)} FROM registries r
         WHERE r.name = ${ref} ${UUID_SHAPE.test(ref) ? sql`OR r.id = ${ref.toLowerCase()}::uuid` : sql``}
         ORDER BY (r.name = ${ref}) DESC LIMIT 1`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+        firstRow(RegistryRow, "registry"),
         Effect.orDie
       )
 
@@ -96,7 +101,7 @@ export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/R
      */
     const insert = (orgId: string, input: { name: string; description: string | null; policy: PublishPolicy }) =>
       Effect.gen(function*() {
-        const rows = yield* sql<RegistryRow>`
+        const rows = yield* sql`
           WITH claim AS (
             INSERT INTO registry_names (name, org_id) VALUES (${input.name}, ${orgId})
             ON CONFLICT (name) DO UPDATE SET org_id = registry_names.org_id WHERE registry_names.org_id = EXCLUDED.org_id
@@ -105,7 +110,7 @@ export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/R
           INSERT INTO registries (org_id, name, description, publish_policy)
           SELECT ${orgId}, claim.name, ${input.description}, ${input.policy} FROM claim
           ON CONFLICT (name) DO NOTHING
-          RETURNING *, 0 AS entry_count`.pipe(Effect.orDie)
+          RETURNING *, 0 AS entry_count`.pipe(allRows(RegistryRow, "registry insert"), Effect.orDie)
         if (rows[0] !== undefined) return rows[0]
         const live = yield* find(input.name)
         return yield* new Conflict({
@@ -119,7 +124,7 @@ export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/R
     /** Newest first, with the count of everything the filter matches, in one statement. */
     const list = (callerOrg: string, owned: boolean | undefined, limit: number, after: Position | undefined) => {
       const where = owned === undefined ? sql`true` : owned ? sql`r.org_id = ${callerOrg}` : sql`r.org_id <> ${callerOrg}`
-      return sql<RegistryRow & { readonly page_total: number }>`
+      return sql<{ readonly id: string | null; readonly page_total: number }>`
         SELECT t.page_total, p.* FROM (SELECT count(*)::int AS page_total FROM registries r WHERE ${where}) t
         LEFT JOIN (
           SELECT r.*, ${sql.literal(ENTRY_COUNT)} FROM registries r WHERE ${where}
@@ -128,31 +133,32 @@ export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/R
         ) p ON true
         ORDER BY p.created_at DESC, p.id DESC`.pipe(
         Effect.map((rows) => ({ rows: rows.filter((r) => r.id !== null), total: rows[0]?.page_total ?? 0 })),
+        pageRows(RegistryRow, "registry page"),
         Effect.orDie
       )
     }
 
     const update = (id: string, patch: { readonly description?: string | null; readonly publish_policy?: PublishPolicy }) =>
-      sql<RegistryRow>`UPDATE registries r SET
+      sql`UPDATE registries r SET
           description = CASE WHEN ${patch.description !== undefined} THEN ${patch.description ?? null} ELSE description END,
           publish_policy = coalesce(${patch.publish_policy ?? null}, publish_policy),
           updated_at = now()
         WHERE r.id = ${id} RETURNING r.*, ${sql.literal(ENTRY_COUNT)}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+        firstRow(RegistryRow, "registry"),
         Effect.orDie
       )
 
     /** Deletes the registry; its entries go with it (ON DELETE CASCADE). Answers it as it was. */
     const remove = (id: string) =>
-      sql<RegistryRow>`WITH gone AS (DELETE FROM registries WHERE id = ${id} RETURNING *)
+      sql`WITH gone AS (DELETE FROM registries WHERE id = ${id} RETURNING *)
         SELECT r.*, ${sql.literal(ENTRY_COUNT)} FROM gone r`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+        firstRow(RegistryRow, "registry"),
         Effect.orDie
       )
 
     const findEntry = (registryId: string, handle: string) =>
-      sql<EntryRow>`SELECT * FROM registry_entries WHERE registry_id = ${registryId} AND handle = ${handle}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+      sql`SELECT * FROM registry_entries WHERE registry_id = ${registryId} AND handle = ${handle}`.pipe(
+        firstRow(EntryRow, "registry entry"),
         Effect.orDie
       )
 
@@ -168,10 +174,11 @@ export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/R
       readonly metadata: Readonly<Record<string, unknown>>
       readonly status: "pending" | "published"
     }) =>
-      sql<EntryRow>`INSERT INTO registry_entries (registry_id, org_id, handle, address, description, capabilities, metadata, status)
+      sql`INSERT INTO registry_entries (registry_id, org_id, handle, address, description, capabilities, metadata, status)
           VALUES (${registry.id}, ${orgId}, ${e.handle}, ${e.address}, ${e.description},
             ${JSON.stringify(e.capabilities)}::jsonb, ${JSON.stringify(e.metadata)}::jsonb, ${e.status})
           ON CONFLICT ON CONSTRAINT registry_entries_handle DO NOTHING RETURNING *`.pipe(
+        allRows(EntryRow, "registry entry insert"),
         Effect.catchIf(isSqlError, (err) =>
           // The registry was deleted while the entry was being published.
           sqlState(err) === "23503"
@@ -199,11 +206,14 @@ export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/R
       const clauses = [sql`registry_id = ${registryId}`]
       if (!viewer.owner) clauses.push(sql`(status = 'published' OR org_id = ${viewer.orgId})`)
       if (status !== undefined) clauses.push(sql`status = ${status}`)
-      return pageWithTotal<EntryRow>(sql, "registry_entries", sql.and(clauses), limit, after).pipe(Effect.orDie)
+      return pageWithTotal<{ readonly id: string }>(sql, "registry_entries", sql.and(clauses), limit, after).pipe(
+        pageRows(EntryRow, "registry entry page"),
+        Effect.orDie
+      )
     }
 
     const updateEntry = (id: string, patch: EntryPatch) =>
-      sql<EntryRow>`UPDATE registry_entries SET
+      sql`UPDATE registry_entries SET
           address = coalesce(${patch.address ?? null}, address),
           description = CASE WHEN ${patch.description !== undefined} THEN ${patch.description ?? null} ELSE description END,
           capabilities = coalesce(${patch.capabilities === undefined ? null : JSON.stringify(patch.capabilities)}::jsonb, capabilities),
@@ -211,31 +221,48 @@ export class RegistriesRepo extends Effect.Service<RegistriesRepo>()("mailroom/R
           status = coalesce(${patch.status ?? null}, status),
           updated_at = now()
         WHERE id = ${id} RETURNING *`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+        firstRow(EntryRow, "registry entry"),
         Effect.orDie
       )
 
     const removeEntry = (id: string) =>
-      sql<EntryRow>`DELETE FROM registry_entries WHERE id = ${id} RETURNING *`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+      sql`DELETE FROM registry_entries WHERE id = ${id} RETURNING *`.pipe(
+        firstRow(EntryRow, "registry entry"),
         Effect.orDie
       )
 
     /** Approve: pending → published, only if still pending (a concurrent approve or reject wins once). */
     const approve = (id: string) =>
-      sql<EntryRow>`UPDATE registry_entries SET status = 'published', updated_at = now()
+      sql`UPDATE registry_entries SET status = 'published', updated_at = now()
         WHERE id = ${id} AND status = 'pending' RETURNING *`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+        firstRow(EntryRow, "registry entry"),
         Effect.orDie
       )
 
     /** Reject: a pending entry is removed (its handle freed), only if still pending. */
     const reject = (id: string) =>
-      sql<EntryRow>`DELETE FROM registry_entries WHERE id = ${id} AND status = 'pending' RETURNING *`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+      sql`DELETE FROM registry_entries WHERE id = ${id} AND status = 'pending' RETURNING *`.pipe(
+        firstRow(EntryRow, "registry entry"),
         Effect.orDie
       )
 
-    return { find, insert, list, update, remove, findEntry, insertEntry, entries, updateEntry, removeEntry, approve, reject } as const
+    /** 403 `cannot_send_from_domain` unless the organization can send from `address` (registries/Senders.ts). */
+    const sendable = (orgId: string, address: string) => requireSendable(orgId, address).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+
+    return {
+      find,
+      insert,
+      list,
+      update,
+      remove,
+      findEntry,
+      insertEntry,
+      entries,
+      updateEntry,
+      removeEntry,
+      approve,
+      reject,
+      sendable
+    } as const
   })
 }) {}

@@ -1,6 +1,5 @@
 /** Handlers of Sending. */
 import { HttpApiBuilder, HttpApp, HttpServerResponse } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Forbidden, NotFound, NotScheduled } from "../contract/Errors.js"
@@ -12,9 +11,8 @@ import { SendApproval } from "./Approval.js"
 import { SCHEDULE_MAX_DAYS } from "./Api.js"
 import { sendBatch, sendInputOf } from "./Batch.js"
 import { OutboundRelay } from "./Relay.js"
-import { checkInboxSender, limitedDefaultFrom } from "./InboxSenders.js"
-import { forwardInput, replyInput } from "./Replies.js"
 import { type SentRow, SendingRepo, toSentEmail, toSentEmailDetail } from "./Repo.js"
+import { SendRequests } from "./Requests.js"
 import { Sender, type SendInput } from "./Sender.js"
 
 const noSent = (id: string) => new NotFound({ message: `no sent email ${id}` })
@@ -35,20 +33,10 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
     const sender = yield* Sender
     const repo = yield* SendingRepo
     const relay = yield* OutboundRelay
-    const sql = yield* SqlClient.SqlClient
-    const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     const caller = Effect.map(CurrentPrincipal, (p) => p.orgId)
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
-    const approvals = yield* SendApproval
-
-    /** Sends now, or holds the send as a draft when the account's send_approval asks for it. */
-    const sendOrHold = (principal: Principal, input: SendInput) =>
-      Effect.gen(function*() {
-        yield* checkInboxSender(sql, principal, input.from)
-        const held = yield* approvals.hold(principal, input)
-        if (Option.isSome(held)) return { draft: held.value } as const
-        return { email: toSentEmail(yield* sender.submitAs(principal.orgId, input, principal.automation)) } as const
-      })
+    const requests = yield* SendRequests
+    const { defaultFrom, sendOrHold } = requests
 
     /** One send's answer: the sent email (201), or its draft (202). */
     const submitOrHold = (input: SendInput) =>
@@ -56,11 +44,6 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
         const submitted = yield* sendOrHold(yield* CurrentPrincipal, input)
         return "draft" in submitted ? yield* Effect.as(status202, submitted.draft) : submitted.email
       })
-
-    /** `from` of a send without one: the caller's first inbox when it is limited to inboxes, else the organization's only address. */
-    const defaultFrom = (principal: Principal) =>
-      Effect.flatMap(limitedDefaultFrom(sql, principal), (first): Effect.Effect<string, ValidationError | Forbidden> =>
-        Option.isSome(first) ? Effect.succeed(first.value) : sender.defaultFrom(principal.orgId))
 
     /** A PATCH or cancel that found nothing to change: 404, or 409 with the state it is in. */
     const unchanged = (org: Principal, id: string) =>
@@ -78,12 +61,12 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
           sendBatch(defaultFrom(principal), payload.messages, (input) => sendOrHold(principal, input))))
       .handle("reply", ({ path, payload }) =>
         Effect.gen(function*() {
-          const input = yield* replyInput(yield* CurrentPrincipal, path.id, payload).pipe(provideSql)
+          const input = yield* requests.replyInput(yield* CurrentPrincipal, path.id, payload)
           return yield* submitOrHold(input)
         }))
       .handle("forward", ({ path, payload }) =>
         Effect.gen(function*() {
-          const input = yield* forwardInput(yield* CurrentPrincipal, path.id, payload).pipe(provideSql)
+          const input = yield* requests.forwardInput(yield* CurrentPrincipal, path.id, payload)
           return yield* submitOrHold(input)
         }))
       .handle("list", ({ urlParams }) =>
@@ -148,4 +131,4 @@ export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (han
             scheduled
           }
         }))
-  })).pipe(Layer.provide(SendingRepo.Default))
+  })).pipe(Layer.provide([SendingRepo.Default, SendRequests.Default]))

@@ -1,12 +1,11 @@
 /** Handlers of the operational endpoints. */
 import { HttpApiBuilder, OpenApi } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
-import { Deferred, Effect, Exit, FiberId, Runtime } from "effect"
+import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
-import { ServiceUnavailable } from "../contract/Errors.js"
 import { PREFIX } from "../platform/Secrets.js"
 import { AppConfig } from "../platform/Config.js"
 import { VERSION } from "../contract/Version.js"
+import { DatabaseHealth } from "./Health.js"
 
 /** Every operation of the contract that needs no credential, read off the derived OpenAPI document. */
 export const publicOperations = () => {
@@ -26,40 +25,10 @@ export const publicOperations = () => {
 
 export const ServiceHttpLive = HttpApiBuilder.group(MailroomApi, "service", (handlers) =>
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const { probe } = yield* DatabaseHealth
     const config = yield* AppConfig
     const base = config.publicBaseUrl
     const operations = publicOperations()
-    const runtime = yield* Effect.runtime<never>()
-    const check = sql`SELECT 1 AS ok`.pipe(
-      Effect.timeoutFail({
-        duration: "2 seconds",
-        onTimeout: () => new ServiceUnavailable({ message: "database did not answer within 2 s" })
-      }),
-      Effect.catchTag("SqlError", () => new ServiceUnavailable({ message: "database unreachable" })),
-      Effect.asVoid
-    )
-    /**
-     * Probes arriving while a check is in flight share its answer: each one still reflects a query
-     * that was running when it arrived (bounded by the 2 s timeout), and a load balancer polling
-     * many times a second costs one round trip per check instead of one per probe. The check runs
-     * in a fiber of its own, so a probe whose client goes away never cancels it for the others.
-     */
-    let current: Deferred.Deferred<void, ServiceUnavailable> | undefined
-    const probe = Effect.suspend(() => {
-      if (current !== undefined) return Deferred.await(current)
-      const done = Deferred.unsafeMake<void, ServiceUnavailable>(FiberId.none)
-      current = done
-      const settle = (exit: Exit.Exit<void, ServiceUnavailable>) =>
-        Effect.suspend(() => {
-          if (current === done) current = undefined
-          return Deferred.done(done, exit)
-        })
-      Runtime.runFork(runtime)(
-        check.pipe(Effect.exit, Effect.flatMap(settle), Effect.onInterrupt(() => settle(Exit.interrupt(FiberId.none))))
-      )
-      return Deferred.await(done)
-    })
     const healthy = { status: "ok" as const, database: "ok" as const, version: VERSION }
     return handlers
       .handle("health", () => Effect.as(probe, healthy))
@@ -94,4 +63,4 @@ export const ServiceHttpLive = HttpApiBuilder.group(MailroomApi, "service", (han
           },
           public_operations: operations
         }))
-  }))
+  })).pipe(Layer.provide(DatabaseHealth.Default))

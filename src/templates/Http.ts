@@ -1,22 +1,21 @@
-/** Handlers of the Templates area: public reads, and the install (function, endpoint, route) in one transaction. */
+/** Handlers of the Templates area: public reads, and the install (templates/Install.ts) behind the entitlement. */
 import { HttpApiBuilder } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
-import { EndpointsRepo, toEndpoint } from "../endpoints/Repo.js"
+import { EndpointsRepo } from "../endpoints/Repo.js"
 import { EndpointsService } from "../endpoints/Service.js"
-import { FunctionDeployer, invalidFunction } from "../functions/Deploy.js"
-import { FunctionsRepo, toFunction } from "../functions/Repo.js"
-import { RoutesRepo, toRoute } from "../routes/Repo.js"
+import { FunctionDeployer } from "../functions/Deploy.js"
+import { FunctionsRepo } from "../functions/Repo.js"
+import { RoutesRepo } from "../routes/Repo.js"
 import { RoutesService } from "../routes/Service.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { Dns } from "../net/Dns.js"
 import { Policy } from "../policy/Policy.js"
-import { toWake, WakesRepo } from "../wake/Repo.js"
-import { checkSchedule } from "../wake/Schedule.js"
+import { WakesRepo } from "../wake/Repo.js"
 import { TemplateCatalog } from "./Catalog.js"
+import { TemplateInstaller } from "./Install.js"
 import type { Template, TemplateDetail } from "./Api.js"
 
 const summary = (t: TemplateDetail): Template => ({
@@ -32,12 +31,7 @@ const summary = (t: TemplateDetail): Template => ({
 export const TemplatesHttpLive = HttpApiBuilder.group(MailroomApi, "templates", (handlers) =>
   Effect.gen(function*() {
     const catalog = yield* TemplateCatalog
-    const deployer = yield* FunctionDeployer
-    const functions = yield* FunctionsRepo
-    const endpoints = yield* EndpointsService
-    const routes = yield* RoutesService
-    const wakes = yield* WakesRepo
-    const sql = yield* SqlClient.SqlClient
+    const installer = yield* TemplateInstaller
     const policy = yield* Policy
 
     const found = (slug: string) => {
@@ -57,51 +51,10 @@ export const TemplatesHttpLive = HttpApiBuilder.group(MailroomApi, "templates", 
           const { orgId } = yield* CurrentPrincipal
           yield* policy.require(orgId, "templates.install")
           const t = yield* found(path.slug)
-          const secrets = payload.secrets ?? {}
-          const missing = t.required_secrets.filter((name) => (secrets[name] ?? "") === "")
-          if (missing.length > 0) {
-            return yield* invalidFunction(missing.map((name) => ({
-              field: `secrets.${name}`,
-              reason: `is required by the ${t.slug} template`
-            })))
-          }
-          // Loading the module in workerd takes a process: before the transaction, not inside it.
-          yield* deployer.check(orgId, t.code, secrets)
-          return yield* sql.withTransaction(Effect.gen(function*() {
-            const fn = yield* functions.insert(orgId, { name: payload.name ?? t.slug, code: t.code, secrets })
-            const { row: endpoint } = yield* endpoints.create(orgId, {
-              kind: "function",
-              function_id: fn.id,
-              rules: { event_types: [...t.event_types] },
-              ...(payload.route !== undefined ? { is_route_target: true } : {})
-            })
-            const route = payload.route === undefined
-              ? null
-              : yield* routes.create(orgId, { pattern: payload.route.pattern, endpoint_id: endpoint.id })
-            const now = new Date(yield* Clock.currentTimeMillis)
-            const scheduled = yield* Effect.forEach(t.wakes, (w) => {
-              const checked = checkSchedule({ every: w.every, cron: w.cron }, now)
-              // The catalogue's own schedules: a bad one is a defect of the release, not of the request.
-              if ("problem" in checked) return Effect.dieMessage(`template ${t.slug}: wake ${w.command.type}: ${checked.problem}`)
-              return wakes.insert({
-                orgId,
-                functionId: fn.id,
-                type: w.command.type,
-                payload: w.command.payload === undefined ? null : JSON.stringify(w.command.payload),
-                kind: checked.schedule.kind,
-                value: checked.schedule.value,
-                nextRunAt: checked.first
-              })
-            })
-            return {
-              function: toFunction({ ...fn, endpoint_id: endpoint.id }),
-              endpoint: toEndpoint(endpoint),
-              route: route === null ? null : toRoute(route),
-              wakes: scheduled.map(toWake)
-            }
-          })).pipe(Effect.catchTag("SqlError", Effect.die))
+          return yield* installer.install(orgId, t, payload)
         }))
   })).pipe(
-    Layer.provide([TemplateCatalog.Default, FunctionDeployer.Default, RoutesService.Default, EndpointsService.Default, WakesRepo.Default]),
+    Layer.provide([TemplateCatalog.Default, TemplateInstaller.Default]),
+    Layer.provide([FunctionDeployer.Default, RoutesService.Default, EndpointsService.Default, WakesRepo.Default]),
     Layer.provide([FunctionsRepo.Default, RoutesRepo.Default, EndpointsRepo.Default, DomainsRepo.Default, Dns.Default])
   )

@@ -1,31 +1,36 @@
 /** SQL of wakes and of functions' wake allowlists. */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
+import { allRows, firstRow, NullableTimestamp, pageRows, TextArray, Timestamp } from "../platform/RowFields.js"
 import { THREADED_TABLES } from "../mail/Threading.js"
 import type { ThreadWatch, Wake, WakeAllowlist } from "./Api.js"
 import { checkSchedule, type ScheduleKind, scheduleObject } from "./Schedule.js"
 
-export interface WakeRow {
-  readonly id: string
-  readonly org_id: string
-  readonly function_id: string
-  readonly command_type: string
-  readonly command_payload: string | null
-  readonly schedule_kind: ScheduleKind
-  readonly schedule_value: string
-  readonly status: "scheduled" | "completed" | "canceled"
-  readonly next_run_at: Date | null
-  readonly last_run_at: Date | null
-  readonly run_count: number
-  readonly lease_token: string | null
-  readonly created_at: Date
-  readonly watch_thread_id: string | null
-  readonly watch_within: string | null
-  readonly cancel_reason: "canceled" | "replied" | "thread_deleted" | null
-  readonly updated_at: Date
-}
+export const WakeRow = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  function_id: Schema.String,
+  command_type: Schema.String,
+  /** JSON text (the column is text, parsed by `payloadOf`). */
+  command_payload: Schema.NullOr(Schema.String),
+  schedule_kind: Schema.Literal("at", "in", "every", "cron"),
+  schedule_value: Schema.String,
+  status: Schema.Literal("scheduled", "completed", "canceled"),
+  next_run_at: NullableTimestamp,
+  last_run_at: NullableTimestamp,
+  run_count: Schema.Number,
+  lease_token: Schema.NullOr(Schema.String),
+  created_at: Timestamp,
+  watch_thread_id: Schema.NullOr(Schema.String),
+  watch_within: Schema.NullOr(Schema.String),
+  cancel_reason: Schema.NullOr(Schema.Literal("canceled", "replied", "thread_deleted")),
+  updated_at: Timestamp
+})
+export type WakeRow = typeof WakeRow.Type
+
+const AllowlistRow = Schema.Struct({ senders: TextArray, updated_at: Timestamp })
 
 /** A thread watch as the API shows it (the row is a wake with `watch_thread_id`). */
 export const toWatch = (r: WakeRow): ThreadWatch => {
@@ -85,16 +90,15 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
       watch?: { readonly threadId: string; readonly within: string }
     }) =>
       Effect.map(
-        sql<WakeRow>`INSERT INTO wakes (org_id, function_id, command_type, command_payload, schedule_kind, schedule_value, next_run_at,
+        sql`INSERT INTO wakes (org_id, function_id, command_type, command_payload, schedule_kind, schedule_value, next_run_at,
             watch_thread_id, watch_within)
           VALUES (${w.orgId}, ${w.functionId}, ${w.type}, ${w.payload}, ${w.kind}, ${w.value}, ${w.nextRunAt},
-            ${w.watch?.threadId ?? null}, ${w.watch?.within ?? null}) RETURNING *`,
+            ${w.watch?.threadId ?? null}, ${w.watch?.within ?? null}) RETURNING *`.pipe(allRows(WakeRow, "wake insert")),
         (rows) => rows[0]!
       ).pipe(Effect.orDie)
 
     const find = (orgId: string, id: string) =>
-      Effect.map(sql<WakeRow>`SELECT * FROM wakes WHERE id = ${id} AND org_id = ${orgId}`, (rows) => Option.fromNullable(rows[0]))
-        .pipe(Effect.orDie)
+      sql`SELECT * FROM wakes WHERE id = ${id} AND org_id = ${orgId}`.pipe(firstRow(WakeRow, "wake by id"), Effect.orDie)
 
     const list = (
       orgId: string,
@@ -102,7 +106,7 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
       after: Position | undefined,
       filter: { readonly functionId?: string | undefined; readonly status?: string | undefined }
     ) =>
-      pageWithTotal<WakeRow>(
+      pageWithTotal<{ readonly id: string }>(
         sql,
         "wakes",
         sql.and([
@@ -112,28 +116,25 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
         ]),
         limit,
         after
-      ).pipe(Effect.orDie)
+      ).pipe(pageRows(WakeRow, "wake page"), Effect.orDie)
 
     /** Cancels a scheduled wake; None when the organization has no such wake. */
     const cancel = (orgId: string, id: string, at: Date) =>
-      Effect.map(
-        sql<WakeRow>`UPDATE wakes SET status = 'canceled', cancel_reason = 'canceled', next_run_at = NULL, updated_at = ${at}
-          WHERE id = ${id} AND org_id = ${orgId} AND status = 'scheduled' RETURNING *`,
-        (rows) => Option.fromNullable(rows[0])
-      ).pipe(Effect.orDie)
+      sql`UPDATE wakes SET status = 'canceled', cancel_reason = 'canceled', next_run_at = NULL, updated_at = ${at}
+          WHERE id = ${id} AND org_id = ${orgId} AND status = 'scheduled' RETURNING *`.pipe(firstRow(WakeRow, "wake cancel"), Effect.orDie)
 
     /**
      * Takes up to `limit` due wakes for this process: scheduled, due by `now`, and not held by a
      * firing whose lease still runs. SKIP LOCKED lets several processes claim side by side.
      */
     const claimDue = (now: Date, token: string, limit: number) =>
-      sql<WakeRow>`UPDATE wakes SET lease_token = ${token}, lease_expires_at = ${new Date(now.getTime() + LEASE_MS)}
+      sql`UPDATE wakes SET lease_token = ${token}, lease_expires_at = ${new Date(now.getTime() + LEASE_MS)}
         WHERE id IN (
           SELECT id FROM wakes
            WHERE status = 'scheduled' AND next_run_at <= ${now}
              AND (lease_expires_at IS NULL OR lease_expires_at < ${now})
            ORDER BY next_run_at LIMIT ${limit} FOR UPDATE SKIP LOCKED)
-        RETURNING *`.pipe(Effect.orDie)
+        RETURNING *`.pipe(allRows(WakeRow, "due wakes"), Effect.orDie)
 
     /** Records a scheduled firing and sets the next (or completes the wake), if this process still holds it. */
     const fired = (id: string, token: string, firedAt: Date, next: Date | undefined) =>
@@ -155,8 +156,8 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
     /** A firing asked for through the API: counted, the schedule unchanged. */
     const ranNow = (id: string, firedAt: Date) =>
       Effect.map(
-        sql<WakeRow>`UPDATE wakes SET run_count = run_count + 1, last_run_at = ${firedAt}, updated_at = ${firedAt}
-          WHERE id = ${id} RETURNING *`,
+        sql`UPDATE wakes SET run_count = run_count + 1, last_run_at = ${firedAt}, updated_at = ${firedAt}
+          WHERE id = ${id} RETURNING *`.pipe(allRows(WakeRow, "wake run now")),
         (rows) => rows[0]!
       ).pipe(Effect.orDie)
 
@@ -173,8 +174,11 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
 
     /** A thread's watches, newest first: the active ones, or all of them. */
     const watchesOf = (orgId: string, threadId: string, activeOnly: boolean) =>
-      sql<WakeRow>`SELECT * FROM wakes WHERE org_id = ${orgId} AND watch_thread_id = ${threadId}
-        ${activeOnly ? sql`AND status = 'scheduled'` : sql``} ORDER BY created_at DESC, id DESC`.pipe(Effect.orDie)
+      sql`SELECT * FROM wakes WHERE org_id = ${orgId} AND watch_thread_id = ${threadId}
+        ${activeOnly ? sql`AND status = 'scheduled'` : sql``} ORDER BY created_at DESC, id DESC`.pipe(
+        allRows(WakeRow, "thread watches"),
+        Effect.orDie
+      )
 
     /**
      * Whether received mail joined the watched thread after the watch began: then it must not fire
@@ -195,19 +199,18 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
           WHERE id = ${id} AND lease_token = ${token} AND status = 'scheduled'`.pipe(Effect.orDie, Effect.asVoid)
 
     const allowlist = (functionId: string) =>
-      Effect.map(
-        sql<{ senders: ReadonlyArray<string>; updated_at: Date }>`SELECT senders, updated_at FROM function_wake_allowlists
-          WHERE function_id = ${functionId}`,
-        (rows) => Option.fromNullable(rows[0])
-      ).pipe(Effect.orDie)
+      sql`SELECT senders, updated_at FROM function_wake_allowlists WHERE function_id = ${functionId}`.pipe(
+        firstRow(AllowlistRow, "wake allowlist"),
+        Effect.orDie
+      )
 
     const setAllowlist = (orgId: string, functionId: string, senders: ReadonlyArray<string>, at: Date) =>
       Effect.map(
-        sql<{ senders: ReadonlyArray<string>; updated_at: Date }>`
+        sql`
           INSERT INTO function_wake_allowlists (function_id, org_id, senders, updated_at)
           VALUES (${functionId}, ${orgId}, ${JSON.stringify(senders)}::jsonb, ${at})
           ON CONFLICT (function_id) DO UPDATE SET senders = EXCLUDED.senders, updated_at = EXCLUDED.updated_at
-          RETURNING senders, updated_at`,
+          RETURNING senders, updated_at`.pipe(allRows(AllowlistRow, "wake allowlist upsert")),
         (rows) => rows[0]!
       ).pipe(Effect.orDie)
 

@@ -41,7 +41,7 @@ import { codeOf, transmitter } from "./Transmit.js"
 import { type SendInput, validateSend } from "./Validate.js"
 import { Verp } from "../mail/Verp.js"
 
-// The send path's parts, importable from here as they were before the split.
+// The names of the send path's parts that its callers import from here.
 export { addressesIn, GATE_DOCS_PATH } from "./Checks.js"
 export { type Automation, autoSubmittedValue, LOOP_IN_A_ROW, LOOP_THREAD_PER_HOUR } from "./LoopGuard.js"
 export { codeOf } from "./Transmit.js"

@@ -19,7 +19,7 @@ const AGGREGATE_CONTRACT = "Api.ts"
 /** Most lines a module under src/ may have: past that it holds more than one thing. */
 const MAX_LINES = 400
 /** Modules over the limit until they are split (relative to src/); the list only shrinks. */
-const OVERSIZED_PENDING: ReadonlyArray<string> = ["sending/Sender.ts"]
+const OVERSIZED_PENDING: ReadonlyArray<string> = []
 
 const sources = (dir: string): Array<string> =>
   readdirSync(dir).flatMap((name) => {

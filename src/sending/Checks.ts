@@ -1,0 +1,147 @@
+/**
+ * The checks of a send against the organization's state, run when it is submitted and again when a
+ * scheduled send comes due: the sender check (the From address and every address its display name
+ * shows), the first-send gate, the suppression list and the plan's quotas. `checkQuota` decides
+ * nothing alone: its caller holds the organization's quota lock (SendingRepo.lockQuota) in the same
+ * transaction, so concurrent sends never overshoot.
+ */
+import { SqlClient } from "@effect/sql"
+import { type Context, Effect } from "effect"
+import { CannotSendFromDomain, type Gate, RecipientNotAllowed, RecipientSuppressed, ValidationError } from "../contract/Errors.js"
+import { type Entitlement, entitlementsOf, LIMITS, type Plan } from "../contract/Plans.js"
+import type { AppConfigShape } from "../platform/Config.js"
+import { canSendFrom, onlySender, sendableAddresses, validSenders } from "../registries/Senders.js"
+import type { SendOutcomes } from "./Outcomes.js"
+import type { SendingRepo } from "./Repo.js"
+import { DAY_S, HOUR_S, quotaRefusal } from "./Validate.js"
+
+export const GATE_DOCS_PATH = "/docs#tag/sending"
+
+/**
+ * The addresses a display name shows, lowercased: anything shaped `local@domain.tld` once compatibility
+ * forms are folded (a fullwidth `＠` reads as `@` in a mail client too).
+ */
+export const addressesIn = (displayName: string): ReadonlyArray<string> =>
+  [...displayName.normalize("NFKC").matchAll(/[^\s@<>"'(),;:[\]]+@[^\s@<>"'(),;:[\]]+\.[^\s@<>"'(),;:[\]]+/g)]
+    .map((m) => m[0].toLowerCase().replace(/\.+$/, ""))
+
+export interface OrgFacts {
+  readonly plan: Plan
+  readonly entitlements: ReadonlyArray<Entitlement>
+  readonly discardEnabled: boolean
+}
+
+/** The organization-state checks, over the send path's own SQL client, repository and outcomes port. */
+export const sendChecks = (deps: {
+  readonly sql: SqlClient.SqlClient
+  readonly repo: SendingRepo
+  readonly outcomes: Context.Tag.Service<SendOutcomes>
+  readonly config: AppConfigShape
+}) => {
+  const { config, outcomes, repo, sql } = deps
+  const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
+
+  const orgFacts = (orgId: string) =>
+    sql<{ plan: Plan; discard: boolean; granted: ReadonlyArray<Entitlement> }>`
+      SELECT o.plan, o.discard_content_on_webhook_confirmed AS discard,
+        coalesce((SELECT json_agg(g.entitlement) FROM organization_entitlements g WHERE g.org_id = o.id), '[]'::json) AS granted
+      FROM organizations o WHERE o.id = ${orgId}`.pipe(
+      Effect.map((rows): OrgFacts => {
+        const r = rows[0] ?? { plan: "agent" as const, discard: false, granted: [] }
+        return { plan: r.plan, entitlements: entitlementsOf(r.plan, r.granted), discardEnabled: r.discard }
+      }),
+      Effect.orDie
+    )
+
+  /**
+   * 403 `cannot_send_from_domain` unless the organization can send from the address, and from every
+   * address its display name shows (`"ceo@other.test" <own inbox>` would pass for other.test).
+   */
+  const checkSender = (orgId: string, address: string, displayName: string) =>
+    Effect.flatMap(sendableAddresses(orgId).pipe(provideSql), (s) => {
+      const shown = addressesIn(displayName).find((a) => !canSendFrom(s, a))
+      if (shown !== undefined) {
+        const valid = validSenders(s)
+        return Effect.fail(
+          new CannotSendFromDomain({
+            message: `the display name of from shows ${shown}, an address this organization cannot send from: ` +
+              "a display name may not be another sender's address (use a plain name)",
+            details: { valid_senders: valid, display_name_address: shown }
+          })
+        )
+      }
+      if (canSendFrom(s, address)) return Effect.void
+      const valid = validSenders(s)
+      return Effect.fail(
+        new CannotSendFromDomain({
+          message: `${address} is not an address this organization can send from (valid senders: ${valid.length === 0 ? "none" : valid.join(", ")})`,
+          details: { valid_senders: valid }
+        })
+      )
+    })
+
+  /**
+   * `from` of a send that gives none: the organization's only address (its managed inbox, when it
+   * has no verified domain); with more to choose from, 400 naming them.
+   */
+  const defaultFrom = (orgId: string) =>
+    Effect.flatMap(sendableAddresses(orgId).pipe(provideSql), (s) => {
+      const only = onlySender(s)
+      if (only !== undefined) return Effect.succeed(only)
+      const valid = validSenders(s)
+      const reason = `is required: this organization can send from more than one address (valid senders: ${valid.join(", ")})`
+      return Effect.fail(
+        new ValidationError({
+          message: `from: ${reason}`,
+          details: { issues: [{ field: "from", reason }], valid_senders: valid }
+        })
+      )
+    })
+
+  /** The first-send gate: with `send_to_known_addresses`, every recipient must have written in first. */
+  const checkGate = (orgId: string, facts: OrgFacts, recipients: ReadonlyArray<string>) =>
+    Effect.gen(function*() {
+      if (!facts.entitlements.includes("send_to_known_addresses")) return
+      const unique = [...new Set(recipients)]
+      const known = yield* repo.knownAmong(orgId, unique)
+      const refused = unique.filter((a) => !known.has(a))
+      if (refused.length === 0) return
+      const gates: Array<Gate> = refused.map((subject) => ({
+        name: "send_to_known_addresses",
+        reason: "recipient_not_known",
+        message: `${subject} has not sent this organization mail yet; this account may only write to addresses that wrote to it first`,
+        subject,
+        fix: { action: "wait_for_inbound", subject },
+        docs_url: `${config.publicBaseUrl}${GATE_DOCS_PATH}`
+      }))
+      return yield* new RecipientNotAllowed({
+        message: `recipient${refused.length > 1 ? "s" : ""} not allowed: ${refused.join(", ")} (reply-only account: ` +
+          "wait until they write in, or claim the account to lift the gate)",
+        gates
+      })
+    })
+
+  /** 422 `recipient_suppressed` when a recipient hard-bounced or complained (GET /suppressions). */
+  const checkSuppressed = (orgId: string, recipients: ReadonlyArray<string>) =>
+    Effect.gen(function*() {
+      const found = yield* outcomes.suppressedAmong(orgId, recipients.map((a) => a.toLowerCase()))
+      if (found.size === 0) return
+      const addresses = [...found].sort()
+      return yield* new RecipientSuppressed({
+        message: `recipient${addresses.length > 1 ? "s" : ""} suppressed after a hard bounce or complaint: ${addresses.join(", ")} ` +
+          "(DELETE /v1/suppressions/{address} to mail again)",
+        details: { addresses }
+      })
+    })
+
+  /** 429 when either window is full (nothing counted). */
+  const checkQuota = (orgId: string, facts: OrgFacts, at: Date) =>
+    Effect.gen(function*() {
+      const limits = LIMITS[facts.plan]
+      const u = yield* repo.usage(orgId, at)
+      if (u.hour >= limits.send_per_hour) return yield* quotaRefusal(limits.send_per_hour, HOUR_S, u.hour, u.oldest_hour, at.getTime())
+      if (u.day >= limits.send_per_day) return yield* quotaRefusal(limits.send_per_day, DAY_S, u.day, u.oldest_day, at.getTime())
+    })
+
+  return { orgFacts, checkSender, defaultFrom, checkGate, checkSuppressed, checkQuota } as const
+}

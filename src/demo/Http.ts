@@ -7,7 +7,7 @@ import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf, type Position } from "../contr
 import { AppConfig } from "../platform/Config.js"
 import { DemoSearch } from "./Search.js"
 import { demoSendMail } from "./SendMail.js"
-import { toMessage, toThread } from "../threads/Http.js"
+import { toMessage, toThread } from "../threads/Present.js"
 import { demoAccount, demoDeliveries, demoEmailById, demoEmails, type DemoThread, demoThreads } from "./Dataset.js"
 
 const threadOf = (t: DemoThread) => {

@@ -137,6 +137,13 @@ export class EndpointsRepo extends Effect.Service<EndpointsRepo>()("mailroom/End
         return Option.fromNullable(rows[0])
       })).pipe(Effect.orDie)
 
-    return { insert, find, findAny, findByFunction, functionExists, list, slotHolder, countGlobalWebhooks, update, deactivate } as const
+    /** The organization's managed inbox address, the recipient a test or synthetic event names. */
+    const managedInboxOf = (orgId: string) =>
+      sql<{ a: string | null }>`SELECT managed_inbox_address AS a FROM organizations WHERE id = ${orgId}`.pipe(
+        Effect.map((rows) => rows[0]?.a ?? null),
+        Effect.orDie
+      )
+
+    return { insert, find, findAny, managedInboxOf, findByFunction, functionExists, list, slotHolder, countGlobalWebhooks, update, deactivate } as const
   })
 }) {}

@@ -11,7 +11,7 @@
  * A row that does not match is a programming error, not a caller's: `orDieRows` turns the parse
  * error (and the SQL error) into a defect whose message names the statement.
  */
-import { Effect, ParseResult, Schema } from "effect"
+import { Effect, Option, ParseResult, Schema } from "effect"
 
 /** A point in time: a Date, or the ISO/PostgreSQL text of one. Decodes to a Date. */
 export const Timestamp: Schema.Schema<Date, Date | string> = Schema.Union(Schema.DateFromSelf, Schema.DateFromString)
@@ -49,3 +49,16 @@ export const orDieRows = (what: string) =>
         ? new Error(`${what}: a row does not match its schema: ${ParseResult.TreeFormatter.formatErrorSync(e)}`)
         : e
     ))
+
+/**
+ * Decodes rows already fetched (a statement wrapped by a helper such as `catchUnique` or
+ * `pageWithTotal`), dying like `orDieRows` when one does not match.
+ */
+export const decodeRows = <A, I>(schema: Schema.Schema<A, I>, what: string) => (rows: ReadonlyArray<unknown>) =>
+  Schema.decodeUnknown(Schema.Array(schema))(rows).pipe(orDieRows(what))
+
+/** The first of the rows, decoded; none when there are no rows. */
+export const decodeFirst = <A, I>(schema: Schema.Schema<A, I>, what: string) => (rows: ReadonlyArray<unknown>) =>
+  rows.length === 0
+    ? Effect.succeed(Option.none<A>())
+    : Schema.decodeUnknown(schema)(rows[0]).pipe(Effect.map(Option.some), orDieRows(what))

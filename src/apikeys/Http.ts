@@ -1,7 +1,6 @@
 /** Handlers of API keys. Only an admin-scoped credential reaches them (src/policy/Policy.ts). */
 import { HttpApiBuilder } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Forbidden, NotFound, ValidationError } from "../contract/Errors.js"
 import { CurrentPrincipal, hasScope, type Principal, type Scope } from "../contract/Security.js"
@@ -9,17 +8,7 @@ import { Credentials } from "../platform/Credentials.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { displayPrefix, newApiKey, sha256Hex } from "../platform/Secrets.js"
 import type { ApiKey } from "./Api.js"
-
-interface KeyRow {
-  readonly id: string
-  readonly name: string | null
-  readonly scopes: string
-  readonly inbox_ids: string | null
-  readonly created_at: Date
-  readonly last_used_at: Date | null
-}
-
-const COLUMNS = "id, name, array_to_string(scopes, ' ') AS scopes, array_to_string(inbox_ids::text[], ' ') AS inbox_ids, created_at, last_used_at"
+import { ApiKeysRepo, type KeyRow } from "./Repo.js"
 
 const toApiKey = (r: KeyRow): ApiKey => ({
   id: r.id,
@@ -32,9 +21,8 @@ const toApiKey = (r: KeyRow): ApiKey => ({
 
 export const ApiKeysHttpLive = HttpApiBuilder.group(MailroomApi, "apiKeys", (handlers) =>
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* ApiKeysRepo
     const credentials = yield* Credentials
-    const columns = sql.unsafe(COLUMNS)
 
     /**
      * The inboxes a new key is limited to: each one of the organization's (400 otherwise), and
@@ -46,9 +34,8 @@ export const ApiKeysHttpLive = HttpApiBuilder.group(MailroomApi, "apiKeys", (han
         const makers = principal.inboxIds ?? null
         if (requested === undefined || requested.length === 0) return makers
         const ids = [...new Set(requested.map((id) => id.toLowerCase()))]
-        const rows = yield* sql<{ id: string }>`
-          SELECT id FROM inboxes WHERE org_id = ${principal.orgId} AND id IN ${sql.in(ids)}`.pipe(Effect.orDie)
-        const unknown = ids.filter((id) => !rows.some((r) => r.id === id))
+        const known = yield* repo.existingInboxes(principal.orgId, ids)
+        const unknown = ids.filter((id) => !known.includes(id))
         if (unknown.length > 0) {
           const reason = `no inbox of this organization has the id ${unknown.join(", ")}`
           return yield* new ValidationError({ message: `inbox_ids: ${reason}`, details: { issues: [{ field: "inbox_ids", reason }] } })
@@ -78,34 +65,31 @@ export const ApiKeysHttpLive = HttpApiBuilder.group(MailroomApi, "apiKeys", (han
           const inboxIds = yield* keyInboxes(principal, payload.inbox_ids)
           const scopes = [...new Set(payload.scopes)]
           const secret = newApiKey()
-          const rows = yield* sql<KeyRow>`
-            INSERT INTO api_keys (org_id, created_by, name, key_hash, key_prefix, scopes, inbox_ids)
-            VALUES (${principal.orgId}, ${principal.userId}, ${payload.name}, ${sha256Hex(secret)}, ${displayPrefix(secret)},
-                    string_to_array(${scopes.join(" ")}, ' '),
-                    string_to_array(${inboxIds === null ? null : inboxIds.join(" ")}::text, ' ')::uuid[])
-            RETURNING ${columns}`.pipe(Effect.orDie)
+          const row = yield* repo.insert({
+            orgId: principal.orgId,
+            createdBy: principal.userId,
+            name: payload.name,
+            keyHash: sha256Hex(secret),
+            keyPrefix: displayPrefix(secret),
+            scopes,
+            inboxIds
+          })
           // A credential: never cached, never replayed under a derived idempotency key.
           yield* noStore
-          return { ...toApiKey(rows[0]!), api_key: secret }
+          return { ...toApiKey(row), api_key: secret }
         }))
       .handle("list", () =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
-          const rows = yield* sql<KeyRow>`
-            SELECT ${columns} FROM api_keys WHERE org_id = ${principal.orgId} AND revoked_at IS NULL
-            ORDER BY created_at DESC, id DESC`.pipe(Effect.orDie)
+          const rows = yield* repo.listActive(principal.orgId)
           return rows.map(toApiKey)
         }))
       .handle("revoke", ({ path }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
-          const rows = yield* sql<KeyRow>`
-            UPDATE api_keys SET revoked_at = now()
-            WHERE id = ${path.id} AND org_id = ${principal.orgId} AND revoked_at IS NULL
-            RETURNING ${columns}`.pipe(Effect.orDie)
-          const row = Option.fromNullable(rows[0])
+          const row = yield* repo.revoke(principal.orgId, path.id)
           if (Option.isNone(row)) return yield* new NotFound({ message: `no API key ${path.id}` })
           yield* credentials.forgetApiKey(path.id)
           return toApiKey(row.value)
         }))
-  }))
+  })).pipe(Layer.provide(ApiKeysRepo.Default))

@@ -1,6 +1,5 @@
 /** Handlers of the Endpoints area. */
 import { HttpApiBuilder, HttpApp, HttpServerResponse } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
@@ -24,7 +23,6 @@ export const EndpointsHttpLive = HttpApiBuilder.group(MailroomApi, "endpoints", 
     const repo = yield* EndpointsRepo
     const service = yield* EndpointsService
     const tester = yield* EndpointTester
-    const sql = yield* SqlClient.SqlClient
     const orgId = Effect.map(CurrentPrincipal, (p) => p.orgId)
     return handlers
       .handle("create", ({ payload }) =>
@@ -55,9 +53,7 @@ export const EndpointsHttpLive = HttpApiBuilder.group(MailroomApi, "endpoints", 
           const org = yield* orgId
           // Never replayed from a derived idempotency key: every test is a fresh send.
           yield* noStore
-          const inbox = yield* sql<{ a: string | null }>`SELECT managed_inbox_address AS a FROM organizations WHERE id = ${org}`
-            .pipe(Effect.orDie)
-          return yield* tester.test(org, path.id, inbox[0]?.a ?? null)
+          return yield* tester.test(org, path.id, yield* repo.managedInboxOf(org))
         }))
   })).pipe(
     Layer.provide([EndpointsService.Default, EndpointTester.Default]),

@@ -1,26 +1,36 @@
 /** SQL of the Endpoints area. A deactivated endpoint (DELETE) stays as a tombstone for deliveries. */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { Conflict } from "../contract/Errors.js"
 import type { Position } from "../contract/Paging.js"
 import { catchUnique } from "../platform/SqlErrors.js"
 import type { Endpoint, Rules } from "./Api.js"
 import { pageWithTotal } from "../platform/Listing.js"
+import { decodeFirst, decodeRows, Enum, Json, JsonColumn, NullableTimestamp, Timestamp } from "../platform/Rows.js"
 
-export interface EndpointRow {
-  readonly id: string
-  readonly org_id: string
-  readonly kind: "http" | "function"
-  readonly url: string | null
-  readonly function_id: string | null
-  readonly enabled: boolean
-  readonly domain_id: string | null
-  readonly rules: Rules
-  readonly is_route_target: boolean
-  readonly deactivated_at: Date | null
-  readonly created_at: Date
-  readonly updated_at: Date
-}
+/**
+ * `rules` is written only from a decoded `Rules` body (insert and update), so the stored JSON is
+ * taken as that type; the other columns are checked.
+ */
+const EndpointRow = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  kind: Enum("http", "function"),
+  url: Schema.NullOr(Schema.String),
+  function_id: Schema.NullOr(Schema.String),
+  enabled: Schema.Boolean,
+  domain_id: Schema.NullOr(Schema.String),
+  rules: JsonColumn(Json as Schema.Schema<Rules, unknown>),
+  is_route_target: Schema.Boolean,
+  deactivated_at: NullableTimestamp,
+  created_at: Timestamp,
+  updated_at: Timestamp
+})
+export type EndpointRow = typeof EndpointRow.Type
+
+const first = (what: string) => decodeFirst(EndpointRow, what)
+const single = (what: string) => (rows: ReadonlyArray<unknown>) =>
+  Effect.flatMap(decodeFirst(EndpointRow, what)(rows), (row) => Effect.orDie(row))
 
 export const toEndpoint = (r: EndpointRow): Endpoint => ({
   id: r.id,
@@ -59,31 +69,31 @@ export class EndpointsRepo extends Effect.Service<EndpointsRepo>()("mailroom/End
       isRouteTarget: boolean
     }) =>
       catchUnique(
-        sql<EndpointRow>`
+        sql`
           INSERT INTO endpoints (org_id, kind, url, function_id, enabled, domain_id, rules, is_route_target)
           VALUES (${e.orgId}, ${e.kind}, ${e.url}, ${e.functionId}, ${e.enabled}, ${e.domainId},
                   ${JSON.stringify(e.rules)}::jsonb, ${e.isRouteTarget})
           RETURNING *`,
         slotConflict
-      ).pipe(Effect.map((rows) => rows[0]!))
+      ).pipe(Effect.flatMap(single("endpoint insert")))
 
     /** An active (not deactivated) endpoint of the organization. */
     const find = (orgId: string, id: string) =>
-      sql<EndpointRow>`SELECT * FROM endpoints WHERE id = ${id} AND org_id = ${orgId} AND deactivated_at IS NULL`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
-        Effect.orDie
+      sql`SELECT * FROM endpoints WHERE id = ${id} AND org_id = ${orgId} AND deactivated_at IS NULL`.pipe(
+        Effect.orDie,
+        Effect.flatMap(first("endpoint find"))
       )
 
     /** Any endpoint of the organization, deactivated ones included (deliveries, replays). */
     const findAny = (orgId: string, id: string) =>
-      sql<EndpointRow>`SELECT * FROM endpoints WHERE id = ${id} AND org_id = ${orgId}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
-        Effect.orDie
+      sql`SELECT * FROM endpoints WHERE id = ${id} AND org_id = ${orgId}`.pipe(
+        Effect.orDie,
+        Effect.flatMap(first("endpoint find"))
       )
 
     const findByFunction = (orgId: string, functionId: string) =>
-      sql<EndpointRow>`SELECT * FROM endpoints WHERE org_id = ${orgId} AND function_id = ${functionId}
-                       AND deactivated_at IS NULL`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
+      sql`SELECT * FROM endpoints WHERE org_id = ${orgId} AND function_id = ${functionId}
+          AND deactivated_at IS NULL`.pipe(Effect.orDie, Effect.flatMap(first("endpoint of function")))
 
     /** Whether the organization has this function (a function endpoint must name one of its own). */
     const functionExists = (orgId: string, functionId: string) =>
@@ -93,13 +103,17 @@ export class EndpointsRepo extends Effect.Service<EndpointsRepo>()("mailroom/End
       )
 
     const list = (orgId: string, limit: number, after: Position | undefined) =>
-      pageWithTotal<EndpointRow>(sql, "endpoints", sql`org_id = ${orgId} AND deactivated_at IS NULL`, limit, after).pipe(Effect.orDie)
+      pageWithTotal<{ readonly id: string }>(sql, "endpoints", sql`org_id = ${orgId} AND deactivated_at IS NULL`, limit, after).pipe(
+        Effect.orDie,
+        Effect.flatMap(({ rows, total }) =>
+          Effect.map(decodeRows(EndpointRow, "endpoint list")(rows), (decoded) => ({ rows: decoded, total })))
+      )
 
     /** The active, enabled default-destination endpoint of a slot (domain id, or null for the fallback). */
     const slotHolder = (orgId: string, domainId: string | null, exceptId: string | null) =>
-      sql<EndpointRow>`SELECT * FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL AND enabled
+      sql`SELECT * FROM endpoints WHERE org_id = ${orgId} AND deactivated_at IS NULL AND enabled
           AND NOT is_route_target AND domain_id IS NOT DISTINCT FROM ${domainId}::uuid
-          AND id IS DISTINCT FROM ${exceptId}::uuid`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
+          AND id IS DISTINCT FROM ${exceptId}::uuid`.pipe(Effect.orDie, Effect.flatMap(first("endpoint slot holder")))
 
     /** Active, enabled organization-wide default webhooks (http endpoints without a domain, not route targets). */
     const countGlobalWebhooks = (orgId: string, exceptId: string | null) =>
@@ -117,7 +131,7 @@ export class EndpointsRepo extends Effect.Service<EndpointsRepo>()("mailroom/End
       readonly rules?: Rules
     }) =>
       catchUnique(
-        sql<EndpointRow>`
+        sql`
           UPDATE endpoints SET
             url = coalesce(${patch.url ?? null}, url),
             enabled = coalesce(${patch.enabled ?? null}::boolean, enabled),
@@ -126,17 +140,24 @@ export class EndpointsRepo extends Effect.Service<EndpointsRepo>()("mailroom/End
             updated_at = now()
           WHERE id = ${id} RETURNING *`,
         slotConflict
-      ).pipe(Effect.map((rows) => rows[0]!))
+      ).pipe(Effect.flatMap(single("endpoint update")))
 
     /** Deactivates the endpoint and removes the routes bound to it. */
     const deactivate = (orgId: string, id: string) =>
       sql.withTransaction(Effect.gen(function*() {
-        const rows = yield* sql<EndpointRow>`UPDATE endpoints SET deactivated_at = now(), updated_at = now()
+        const rows = yield* sql`UPDATE endpoints SET deactivated_at = now(), updated_at = now()
             WHERE id = ${id} AND org_id = ${orgId} AND deactivated_at IS NULL RETURNING *`
         if (rows[0] !== undefined) yield* sql`DELETE FROM routes WHERE endpoint_id = ${id}`
-        return Option.fromNullable(rows[0])
-      })).pipe(Effect.orDie)
+        return rows
+      })).pipe(Effect.orDie, Effect.flatMap(first("endpoint deactivate")))
 
-    return { insert, find, findAny, findByFunction, functionExists, list, slotHolder, countGlobalWebhooks, update, deactivate } as const
+    /** The organization's managed inbox address, the recipient a test or synthetic event names. */
+    const managedInboxOf = (orgId: string) =>
+      sql<{ a: string | null }>`SELECT managed_inbox_address AS a FROM organizations WHERE id = ${orgId}`.pipe(
+        Effect.map((rows) => rows[0]?.a ?? null),
+        Effect.orDie
+      )
+
+    return { insert, find, findAny, managedInboxOf, findByFunction, functionExists, list, slotHolder, countGlobalWebhooks, update, deactivate } as const
   })
 }) {}

@@ -4,19 +4,18 @@
  * while they wait, so they count on the same cap as waiting `listen` polls.
  */
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Chunk, Clock, Effect, Exit, Layer, Option, Scope, Stream } from "effect"
 import { MailroomApi } from "../Api.js"
 import { RateLimitExceeded, ValidationError } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
-import { toEmail } from "../emails/Http.js"
-import type { EmailRow } from "../emails/Repo.js"
+import { toEmail } from "../emails/Present.js"
 import { LISTEN_MAX_WAITS_PER_ORG, ListenWakeups } from "../listen/Wakeups.js"
 import { AppConfig } from "../platform/Config.js"
-import { requireWholeOrganization, scoped } from "../platform/InboxLimit.js"
+import { requireWholeOrganization } from "../platform/InboxLimit.js"
 import { EVENT_LOG_RETENTION_HOURS, KEEP_ALIVE_SECONDS, WAIT_DEFAULT_SECONDS } from "./Api.js"
 import { EventLog, type LoggedEvent, type Position } from "./Log.js"
+import { EmailWaits } from "./Waits.js"
 
 const slotsTaken = (what: string) =>
   new RateLimitExceeded({
@@ -28,11 +27,9 @@ const slotsTaken = (what: string) =>
 /** One Server-Sent Event; the payload is one line of JSON (JSON escapes every line break). */
 const frame = (e: LoggedEvent) => `id: ${e.eventId}\nevent: ${e.eventType}\ndata: ${e.payload}\n\n`
 
-const likePattern = (s: string) => `%${s.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
-
 export const EventsHttpLive = HttpApiBuilder.group(MailroomApi, "events", (handlers) =>
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const waits = yield* EmailWaits
     const log = yield* EventLog
     const wakeups = yield* ListenWakeups
     const tokens = yield* DownloadTokens
@@ -97,22 +94,12 @@ export const EventsHttpLive = HttpApiBuilder.group(MailroomApi, "events", (handl
           const principal = yield* CurrentPrincipal
           const orgId = principal.orgId
           const now = yield* Clock.currentTimeMillis
-          const after = urlParams.after ?? new Date(now)
-          const conds = [
-            scoped(sql, principal, "e"),
-            sql`e.status = 'accepted'`,
-            sql`e.event_type = 'email.received'`,
-            sql`e.received_at > ${after}`
-          ]
-          const from = urlParams.from?.toLowerCase()
-          if (from !== undefined) {
-            conds.push(from.startsWith("@") ? sql`lower(e.from_address) LIKE ${"%" + from.replace(/[\\%_]/g, (c) => `\\${c}`)}` : sql`lower(e.from_address) = ${from}`)
-          }
-          if (urlParams.subject_contains !== undefined) conds.push(sql`e.subject ILIKE ${likePattern(urlParams.subject_contains)}`)
-          if (urlParams.recipient !== undefined) conds.push(sql`lower(e.recipient) = ${urlParams.recipient.toLowerCase()}`)
-          const take = sql<EmailRow & { text_body: string | null; html_body: string | null; extracted_text: string | null }>`
-            SELECT e.*, c.text_body, c.html_body, c.extracted_text FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
-            WHERE ${sql.and(conds)} ORDER BY e.received_at, e.id LIMIT 1`.pipe(Effect.orDie)
+          const take = waits.firstMatch(principal, {
+            after: urlParams.after ?? new Date(now),
+            from: urlParams.from,
+            subjectContains: urlParams.subject_contains,
+            recipient: urlParams.recipient
+          })
           let rows = yield* take
           const wait = urlParams.timeout_seconds ?? WAIT_DEFAULT_SECONDS
           if (rows.length === 0 && wait > 0) {
@@ -125,4 +112,4 @@ export const EventsHttpLive = HttpApiBuilder.group(MailroomApi, "events", (handl
           if (row === undefined) return null
           return yield* toEmail(config.publicBaseUrl, row).pipe(Effect.provideService(DownloadTokens, tokens))
         }))
-  })).pipe(Layer.provide(Layer.mergeAll(EventLog.Default, ListenWakeups.Default)))
+  })).pipe(Layer.provide(Layer.mergeAll(EventLog.Default, ListenWakeups.Default, EmailWaits.Default)))

@@ -1,6 +1,5 @@
 /** POST /agent/accounts: an emailless organization on the `agent` plan with its API key. */
 import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { LIMITS } from "../contract/Plans.js"
@@ -15,18 +14,13 @@ export const AgentAccountsHttpLive = HttpApiBuilder.group(MailroomApi, "agentAcc
   Effect.gen(function*() {
     const provisioning = yield* Provisioning
     const limiter = yield* RateLimiter
-    const sql = yield* SqlClient.SqlClient
     return handlers.handle("create", ({ payload }) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
         const client = Option.getOrElse(request.remoteAddress, () => "unknown")
         yield* limiter.enforce(`agent-accounts:ip:${client}`, AGENT_ACCOUNTS_PER_HOUR, "agent account creation")
         yield* noStore
-        const { org, key } = yield* sql.withTransaction(Effect.gen(function*() {
-          const org = yield* provisioning.createOrganization({ name: payload.device_name ?? null, plan: "agent" })
-          const key = yield* provisioning.issueApiKey(org.id, { name: payload.device_name ?? "agent" })
-          return { org, key }
-        })).pipe(Effect.orDie)
+        const { org, key } = yield* provisioning.createAgentAccount(payload.device_name ?? null)
         return {
           api_key: key.apiKey,
           org_id: org.id,

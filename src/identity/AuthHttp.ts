@@ -1,6 +1,5 @@
 /** Handlers of sign-up, device login, token refresh (public) and claim + logout (bearer). */
 import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Forbidden, NotFound } from "../contract/Errors.js"
@@ -68,7 +67,6 @@ export const AuthHttpLive = HttpApiBuilder.group(MailroomApi, "auth", (handlers)
 export const AuthSessionHttpLive = HttpApiBuilder.group(MailroomApi, "authSession", (handlers) =>
   Effect.gen(function*() {
     const claim = yield* Claim
-    const sql = yield* SqlClient.SqlClient
     const grants = yield* Grants
     return handlers
       .handle("claimStart", ({ payload }) =>
@@ -100,12 +98,9 @@ export const AuthSessionHttpLive = HttpApiBuilder.group(MailroomApi, "authSessio
           const own = principal.credential.id
           if (payload.key_id !== undefined && payload.key_id !== own) {
             // Another credential of the same organization: forbidden; anything else: not found.
-            const rows = yield* sql`
-              SELECT id FROM api_keys WHERE id = ${payload.key_id} AND org_id = ${principal.orgId}
-              UNION ALL SELECT id FROM oauth_grants WHERE id = ${payload.key_id} AND org_id = ${principal.orgId}`
-              .pipe(Effect.orDie)
+            const exists = yield* grants.credentialExists(principal.orgId, payload.key_id)
             return yield* Effect.fail(
-              rows.length > 0
+              exists
                 ? new Forbidden({ message: "key_id must be the credential making this request" })
                 : new NotFound({ message: "no credential with this key_id" })
             )

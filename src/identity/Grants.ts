@@ -124,6 +124,14 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
         yield* forget([grantId])
       }).pipe(Effect.orDie)
 
-    return { issue, refresh, revoke } as const
+    /** Whether `id` names an API key or OAuth grant of the organization (revoked or not). */
+    const credentialExists = (orgId: string, id: string) =>
+      sql`SELECT id FROM api_keys WHERE id = ${id} AND org_id = ${orgId}
+          UNION ALL SELECT id FROM oauth_grants WHERE id = ${id} AND org_id = ${orgId}`.pipe(
+        Effect.map((rows) => rows.length > 0),
+        Effect.orDie
+      )
+
+    return { issue, refresh, revoke, credentialExists } as const
   })
 }) {}

@@ -103,6 +103,14 @@ export class Provisioning extends Effect.Service<Provisioning>()("mailroom/Provi
         return Option.fromNullable(rows[0]?.id)
       })
 
-    return { createOrganization, issueApiKey, setPlan } as const
+    /** An emailless organization on the `agent` plan and its first API key, together or not at all. */
+    const createAgentAccount = (deviceName: string | null) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const org = yield* createOrganization({ name: deviceName, plan: "agent" })
+        const key = yield* issueApiKey(org.id, { name: deviceName ?? "agent" })
+        return { org, key }
+      })).pipe(Effect.orDie)
+
+    return { createOrganization, createAgentAccount, issueApiKey, setPlan } as const
   })
 }) {}

@@ -7,7 +7,7 @@
  * log only (the `/v1/events` stream).
  */
 import { Effect, Layer, Option } from "effect"
-import { downloadUrls } from "../emails/Http.js"
+import { downloadUrls } from "../emails/Present.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { replyTextOf } from "../mail/ReplyText.js"
 import { evaluateFilters, evaluateRules } from "../filters/Evaluate.js"

@@ -4,9 +4,9 @@ import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound, ValidationError } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
-import { Policy } from "../policy/Policy.js"
 import type { Memory, MemoryKeyInfo, MemoryListQuery, PutMemory } from "./Api.js"
 import { keyProblem, type MemoryRow, type MemoryScope, MemoriesRepo, VALUE_MAX_BYTES } from "./Repo.js"
+import { MemoryScopes } from "./Scopes.js"
 
 export const DEFAULT_MEMORY_PAGE = 100
 
@@ -67,18 +67,12 @@ const created201 = HttpApp.appendPreResponseHandler((_req, res) =>
 export const MemoriesHttpLive = HttpApiBuilder.group(MailroomApi, "memories", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* MemoriesRepo
-    const policy = yield* Policy
+    const scopes = yield* MemoryScopes
     const orgScope = Effect.map(CurrentPrincipal, (p): MemoryScope => ({ orgId: p.orgId, functionId: null }))
 
     /** A function's scope: the organization must hold the entitlement and the function. */
     const functionScope = (ref: string) =>
-      Effect.gen(function*() {
-        const { orgId } = yield* CurrentPrincipal
-        yield* policy.require(orgId, "memories.use")
-        const id = yield* repo.functionIdOf(orgId, ref)
-        if (Option.isNone(id)) return yield* new NotFound({ message: `no function ${ref}` })
-        return { orgId, functionId: id.value } satisfies MemoryScope
-      })
+      Effect.flatMap(CurrentPrincipal, ({ orgId }) => scopes.functionScope(orgId, ref))
 
     const list = (scope: MemoryScope, q: MemoryListQuery) =>
       Effect.gen(function*() {
@@ -127,4 +121,4 @@ export const MemoriesHttpLive = HttpApiBuilder.group(MailroomApi, "memories", (h
       .handle("getFunction", ({ path }) => Effect.flatMap(functionScope(path.id), (s) => get(s, path.key)))
       .handle("putFunction", ({ path, payload }) => Effect.flatMap(functionScope(path.id), (s) => put(s, path.key, payload)))
       .handle("removeFunction", ({ path }) => Effect.flatMap(functionScope(path.id), (s) => remove(s, path.key)))
-  })).pipe(Layer.provide(MemoriesRepo.Default))
+  })).pipe(Layer.provide(MemoryScopes.Default), Layer.provide(MemoriesRepo.Default))

@@ -1,0 +1,111 @@
+/**
+ * SQL of what the deliveries handlers read: a delivery with its endpoint, a page of the
+ * organization's deliveries with its total, and the payload first sent under an event id. Rows are
+ * decoded (status and endpoint kind checked, timestamps from either driver form), so a renamed or
+ * retyped column fails a test instead of reaching a response.
+ */
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import type { Position } from "../contract/Paging.js"
+import { Count, orDieRows, Timestamp } from "../platform/Rows.js"
+import { DeliveryStatus } from "./Api.js"
+import { totalExpression, type TotalFilter } from "./Counts.js"
+
+/** What a listing shows: no payload, lease or dispatcher columns. */
+const ListedRow = Schema.Struct({
+  id: Schema.String,
+  email_id: Schema.NullOr(Schema.String),
+  endpoint_id: Schema.String,
+  event_id: Schema.String,
+  event_type: Schema.String,
+  replay_of: Schema.NullOr(Schema.String),
+  status: DeliveryStatus,
+  attempt_count: Schema.Number,
+  next_attempt_at: Timestamp,
+  duration_ms: Schema.Number,
+  last_error: Schema.NullOr(Schema.String),
+  last_error_code: Schema.NullOr(Schema.String),
+  email_sender: Schema.String,
+  email_recipient: Schema.String,
+  email_subject: Schema.String,
+  created_at: Timestamp,
+  updated_at: Timestamp,
+  endpoint_kind: Schema.Literal("http", "function"),
+  endpoint_url: Schema.NullOr(Schema.String),
+  function_id: Schema.NullOr(Schema.String)
+})
+export type ListedRow = typeof ListedRow.Type
+
+/** One delivery with its payload, as a replay needs it. */
+const DeliveryRow = Schema.Struct({ ...ListedRow.fields, org_id: Schema.String, payload: Schema.String })
+export type DeliveryWithEndpoint = typeof DeliveryRow.Type
+
+/** A page row with the total, or the total alone (every page column null) when the page is empty. */
+const PageRow = Schema.Union(
+  Schema.Struct({ ...ListedRow.fields, total: Count }),
+  Schema.Struct({ id: Schema.Null, total: Count })
+)
+
+export interface DeliveryFilter extends TotalFilter {
+  readonly limit: number
+  readonly after: Position | undefined
+}
+
+export class DeliveriesRepo extends Effect.Service<DeliveriesRepo>()("mailroom/DeliveriesRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const find = (orgId: string, id: string) =>
+      SqlSchema.findOne({
+        Request: Schema.Void,
+        Result: DeliveryRow,
+        execute: () =>
+          sql`SELECT d.*, e.kind AS endpoint_kind, e.url AS endpoint_url, e.function_id
+              FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id
+              WHERE d.id = ${id} AND d.org_id = ${orgId}`
+      })().pipe(orDieRows("delivery find"))
+
+    /** Newest first; `limit + 1` rows tell whether more follow. */
+    const list = (f: DeliveryFilter) =>
+      Effect.gen(function*() {
+        const conds = [sql`d.org_id = ${f.orgId}`]
+        if (f.emailId !== undefined) conds.push(sql`d.email_id = ${f.emailId}`)
+        if (f.status !== undefined) conds.push(sql`d.status = ${f.status}`)
+        if (f.dateFrom !== undefined) conds.push(sql`d.created_at >= ${f.dateFrom}`)
+        if (f.dateTo !== undefined) conds.push(sql`d.created_at <= ${f.dateTo}`)
+        const page = f.after === undefined ? conds : [...conds, sql`(d.created_at, d.id) < (${f.after.createdAt}, ${f.after.id})`]
+        const total = totalExpression(sql, f)
+        // One round trip and one snapshot for the page and its total.
+        const rows = yield* SqlSchema.findAll({
+          Request: Schema.Void,
+          Result: PageRow,
+          execute: () =>
+            sql`
+              WITH page AS (
+                SELECT d.id, d.email_id, d.endpoint_id, d.event_id, d.event_type, d.replay_of, d.status,
+                       d.attempt_count, d.next_attempt_at, d.duration_ms, d.last_error, d.last_error_code,
+                       d.email_sender, d.email_recipient, d.email_subject, d.created_at, d.updated_at,
+                       e.kind AS endpoint_kind, e.url AS endpoint_url, e.function_id
+                FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id
+                WHERE ${sql.and(page)}
+                ORDER BY d.created_at DESC, d.id DESC LIMIT ${f.limit + 1})
+              SELECT t.total, page.* FROM (SELECT (${total})::int AS total) t LEFT JOIN page ON true
+              ORDER BY page.created_at DESC, page.id DESC`
+        })()
+        const listed = rows.flatMap((r): Array<ListedRow> => r.id === null ? [] : [r as ListedRow])
+        return { rows: listed, total: rows[0]?.total ?? 0 }
+      }).pipe(orDieRows("delivery list"))
+
+    /** The payload of the organization's first delivery of an event. */
+    const firstPayloadOf = (orgId: string, eventId: string) =>
+      SqlSchema.findOne({
+        Request: Schema.Void,
+        Result: Schema.Struct({ payload: Schema.String }),
+        execute: () =>
+          sql`SELECT payload FROM deliveries WHERE org_id = ${orgId} AND event_id = ${eventId}
+              ORDER BY created_at LIMIT 1`
+      })().pipe(Effect.map(Option.map((r) => r.payload)), orDieRows("delivery payload"))
+
+    return { find, list, firstPayloadOf } as const
+  })
+}) {}

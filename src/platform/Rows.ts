@@ -1,0 +1,64 @@
+/**
+ * Schemas of row fields as the database drivers return them, for repositories that decode their
+ * rows (`SqlSchema.findAll` / `findOne` / `single` / `void`) instead of casting them.
+ *
+ * Both databases are read through node-postgres, but a column's JavaScript form still depends on its
+ * type and on how the statement spells it: `timestamptz` arrives as a Date, yet as a string once it
+ * went through `to_json`/`jsonb` or a text cast; `bigint` (`count(*)`) and `numeric` arrive as
+ * strings; `jsonb` arrives parsed. Each schema here accepts every form a driver gives and decodes to
+ * the one form the code uses, so a renamed or retyped column fails a test instead of flowing on.
+ *
+ * A row that does not match is a programming error, not a caller's: `orDieRows` turns the parse
+ * error (and the SQL error) into a defect whose message names the statement.
+ */
+import { Effect, Option, ParseResult, Schema } from "effect"
+
+/** A point in time: a Date, or the ISO/PostgreSQL text of one. Decodes to a Date. */
+export const Timestamp: Schema.Schema<Date, Date | string> = Schema.Union(Schema.DateFromSelf, Schema.DateFromString)
+
+/** A nullable point in time. */
+export const NullableTimestamp = Schema.NullOr(Timestamp)
+
+/** A count or other integer: a number, or the text PostgreSQL gives `bigint` (`count(*)`) as. */
+export const Count: Schema.Schema<number, number | string> = Schema.Union(Schema.Number, Schema.NumberFromString)
+
+/**
+ * A `jsonb` column: node-postgres hands it over parsed, so its schema decodes the parsed value (a
+ * JSON string value arrives as a string and must not be parsed again).
+ */
+export const JsonColumn = <A, I, R>(schema: Schema.Schema<A, I, R>): Schema.Schema<A, I, R> => schema
+
+/** A `jsonb` column whose shape the reader checks itself. */
+export const Json = Schema.Unknown
+
+/** A `text[]` column. */
+export const TextArray = Schema.Array(Schema.String)
+
+/** A text column holding one of a few names (a status or kind). */
+export const Enum = <const L extends ReadonlyArray<string>>(...names: L) => Schema.Literal(...names)
+
+/**
+ * The parse error of a row, or the SQL error, as a defect naming the statement: neither is
+ * something a caller can handle.
+ */
+export const orDieRows = (what: string) =>
+<A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, never, R> =>
+  Effect.catchAll(self, (e) =>
+    Effect.die(
+      ParseResult.isParseError(e)
+        ? new Error(`${what}: a row does not match its schema: ${ParseResult.TreeFormatter.formatErrorSync(e)}`)
+        : e
+    ))
+
+/**
+ * Decodes rows already fetched (a statement wrapped by a helper such as `catchUnique` or
+ * `pageWithTotal`), dying like `orDieRows` when one does not match.
+ */
+export const decodeRows = <A, I>(schema: Schema.Schema<A, I>, what: string) => (rows: ReadonlyArray<unknown>) =>
+  Schema.decodeUnknown(Schema.Array(schema))(rows).pipe(orDieRows(what))
+
+/** The first of the rows, decoded; none when there are no rows. */
+export const decodeFirst = <A, I>(schema: Schema.Schema<A, I>, what: string) => (rows: ReadonlyArray<unknown>) =>
+  rows.length === 0
+    ? Effect.succeed(Option.none<A>())
+    : Schema.decodeUnknown(schema)(rows[0]).pipe(Effect.map(Option.some), orDieRows(what))

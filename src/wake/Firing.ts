@@ -10,7 +10,7 @@ import { Clock, Data, Effect, Option } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { analyze } from "../inbound/Analyze.js"
 import { Recipients } from "../inbound/Recipients.js"
-import { InboundStore } from "../inbound/Store.js"
+import { EmailStoredHooks, InboundStore } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
 import { DkimKeys } from "../sending/Dkim.js"
 import { commandOf, composeWake, useKeyOf, WAKE_SENDER_LOCAL, wakeAddress } from "./Message.js"
@@ -39,6 +39,7 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
     const secrets = yield* WebhookSecrets
     const recipients = yield* Recipients
     const store = yield* InboundStore
+    const hooks = yield* EmailStoredHooks
     const sql = yield* SqlClient.SqlClient
     const domain = config.managedInboxDomain
     const dkim = yield* DkimKeys
@@ -85,6 +86,7 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
           ...analysis,
           command
         }, [recipient.value]).pipe(
+          Effect.provideService(EmailStoredHooks, hooks),
           Effect.catchTag("StorageQuotaExceeded", () =>
             Effect.fail(new FiringFailed({ reason: "the organization's storage is full", retry: true }))),
           // The database being away is no reason to give up: the lease expires and the firing is retried.

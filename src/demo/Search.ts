@@ -185,7 +185,6 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
         results.sort((a, b) => b.score - a.score || b.date.getTime() - a.date.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
         const took = (yield* Clock.currentTimeMillis) - started
         return {
-          success: true as const,
           data: { results: results.slice(0, limit) },
           meta: { mode, took_ms: Math.round(took), embedding_model: mode === "lexical" ? null : embedder.model }
         }

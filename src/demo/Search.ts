@@ -53,7 +53,7 @@ const TRIGRAM_SCALE = 0.01
 const snippet = (body: string) => Array.from(body.replace(/\s+/g, " ").trim()).slice(0, 200).join("")
 
 export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearch", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const embedder = yield* Embedder
     const config = yield* AppConfig
@@ -62,6 +62,8 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
     // The demo's vectors, computed in the background from the first demo search on (the model may
     // take seconds to load, and a service nobody demos never loads it for the demo); until they exist
     // the demo's messages are found lexically, like stored mail the embedding backlog has not reached.
+    // Warming outlives the search that starts it, not the service: it runs in the service's scope.
+    const scope = yield* Effect.scope
     let vectors: ReadonlyArray<Float32Array> | undefined
     let warming = false
     const warm = embedder.embed(documents.map((d) => embeddingText(d.subject, d.body)), { priority: "backlog" }).pipe(
@@ -72,7 +74,7 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
     const startWarming = Effect.suspend(() => {
       if (warming) return Effect.void
       warming = true
-      return Effect.asVoid(Effect.forkDaemon(warm))
+      return Effect.asVoid(Effect.forkIn(warm, scope))
     })
 
     const allowed = (q: SearchQuery, scope: SearchScope) =>

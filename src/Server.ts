@@ -9,13 +9,13 @@ import { OperatorSocketLive } from "./operator/Socket.js"
 import { Provisioning } from "./identity/Provisioning.js"
 import { SettleCaps } from "./payments/SettleCaps.js"
 import { HttpApiBuilder } from "@effect/platform"
-import { Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { MailroomApi } from "./Api.js"
 import { AccountHttpLive } from "./account/Http.js"
 import { WebhookSecrets } from "./account/WebhookSecret.js"
 import { DeliveryCountsMaintenanceLive } from "./deliveries/Counts.js"
 import { DeliveryAttempts, DispatcherLive } from "./deliveries/Dispatcher.js"
-import { OnEmailStoredLive } from "./inbound/Enqueue.js"
+import { DeliveryHook } from "./inbound/Enqueue.js"
 import { DeliveriesHttpLive } from "./deliveries/Http.js"
 import { OrgEvents } from "./events/OrgEvents.js"
 import { DeliveryQueue } from "./deliveries/Queue.js"
@@ -36,7 +36,7 @@ import { ClaimPageLive } from "./identity/ClaimPage.js"
 import { DevicePageLive } from "./identity/DevicePage.js"
 import { DeviceWeb } from "./identity/DeviceWeb.js"
 import { IdentityMaintenanceLive } from "./identity/Maintenance.js"
-import { InboundStore } from "./inbound/Store.js"
+import { EmailStoredHooks, InboundStore } from "./inbound/Store.js"
 import { QuarantineHttpLive } from "./trust/Http.js"
 import { QuarantineMaintenanceLive } from "./trust/Release.js"
 import { Threading } from "./mail/Threading.js"
@@ -59,7 +59,7 @@ import { WakesRepo } from "./wake/Repo.js"
 import { PaymentsHttpLive } from "./payments/Http.js"
 import { DemoHttpLive } from "./demo/Http.js"
 import { PaymentsLive } from "./payments/Service.js"
-import { EmailRail, EmailRailHookLive, EmailRailWorkerLive, type EmailRailWorkerOptions } from "./payments/EmailRail.js"
+import { EmailRail, EmailRailWorkerLive, type EmailRailWorkerOptions } from "./payments/EmailRail.js"
 import { SettlementReconcilerLive } from "./payments/Reconciler.js"
 import { Mailer } from "./mail/Mailer.js"
 import { SendingHttpLive } from "./sending/Http.js"
@@ -119,13 +119,19 @@ export const PlatformServicesLive = Layer.mergeAll(
 )
 
 /** Payments and their email rail (which mails through the send path and hooks mail ingestion). */
-const PaymentsEmailLive = Layer.provideMerge(
-  EmailRailHookLive,
-  EmailRail.Default.pipe(
-    Layer.provideMerge(PaymentsLive.pipe(Layer.provide(OrgEvents.Default), Layer.provide(DeliveryQueue.Default))),
-    Layer.provide(Sender.Default)
-  )
+const PaymentsEmailLive = EmailRail.Default.pipe(
+  Layer.provideMerge(PaymentsLive.pipe(Layer.provide(OrgEvents.Default), Layer.provide(DeliveryQueue.Default))),
+  Layer.provide(Sender.Default)
 )
+
+/**
+ * The work stored with every accepted email, wherever it is stored (SMTP, local delivery, wake
+ * firings, quarantine releases): its delivery, and the payments email rail's job row.
+ */
+const EmailStoredHooksLive = Layer.effect(
+  EmailStoredHooks,
+  Effect.map(Effect.all([DeliveryHook, EmailRail]), ([delivery, rail]) => ({ hooks: [delivery.hook, rail.hook] }))
+).pipe(Layer.provide(DeliveryHook.Default))
 
 /**
  * Services of the delivery pipeline shared by the HTTP handlers, SMTP ingestion and workers, over
@@ -135,7 +141,6 @@ const PaymentsEmailLive = Layer.provideMerge(
 const deliveryServicesOver = (localDelivery: Layer.Layer<LocalDelivery>) => Layer.mergeAll(
   Recipients.Default,
   DeliveryAttempts.Default,
-  OnEmailStoredLive,
   DeliveryQueue.Default,
   EndpointsRepo.Default,
   // One resolver (and its batch workers) for SMTP ingestion and the inbox readiness report.
@@ -155,7 +160,7 @@ const deliveryServicesOver = (localDelivery: Layer.Layer<LocalDelivery>) => Laye
   // The port through which the send path hands mail for our own addresses to the inbound side.
   localDelivery,
   // Payments: the HTTP flow's handlers and the email rail's ingestion and workers share one service.
-  PaymentsEmailLive
+  EmailStoredHooksLive.pipe(Layer.provideMerge(PaymentsEmailLive))
 ).pipe(
   // The send path's outcome events and suppression list, from the bounce area (src/sending/Outcomes.ts).
   Layer.provide(SendOutcomesLive),

@@ -3,10 +3,10 @@
  * exit code (docs/cli.md). API errors are recognised by their tag from the typed client, so the
  * code shown is the contract's, with `details.remediation`, `gates[].fix` and `Retry-After`.
  */
-import { Cause, Console, Effect, Option, ParseResult, Predicate } from "effect"
+import { Cause, Console, Effect, Option, ParseResult, Predicate, Ref } from "effect"
 import { type ApiError, ErrorTable, type ErrorTag } from "../contract/Errors.js"
 import { CliFailure, ExitCode } from "./Failure.js"
-import { lastResponse } from "./Session.js"
+import { LastResponse } from "./LastResponse.js"
 
 const isApiError = (e: unknown): e is ApiError =>
   Predicate.hasProperty(e, "_tag") && typeof e._tag === "string" && Object.hasOwn(ErrorTable, e._tag)
@@ -37,7 +37,7 @@ const toFlags = (text: string, fields: FieldNames) =>
     return t.replace(new RegExp(`(?<![\\w-])${escape(field)}(?![\\w-])${subject}`, "g"), flag)
   }, text)
 
-const apiReport = (e: ApiError, fields: FieldNames): Report => {
+const apiReport = (e: ApiError, fields: FieldNames, headers: Readonly<Record<string, string>>): Report => {
   const code = ErrorTable[e._tag as ErrorTag].code
   const lines = [`error: ${code}: ${toFlags(e.message, fields)}`]
   const json: Record<string, unknown> = { code, message: e.message }
@@ -54,7 +54,7 @@ const apiReport = (e: ApiError, fields: FieldNames): Report => {
     lines.push(`gate ${gate.name}: ${gate.subject}: ${gate.message}${fix}${gate.docs_url ? ` (${gate.docs_url})` : ""}`)
   }
   if (e.gates !== undefined) json.gates = e.gates
-  const retryAfter = lastResponse.headers["retry-after"]
+  const retryAfter = headers["retry-after"]
   if (retryAfter !== undefined) {
     lines.push(`retry after: ${retryAfter} s`)
     json.retry_after = Number(retryAfter)
@@ -62,8 +62,14 @@ const apiReport = (e: ApiError, fields: FieldNames): Report => {
   return { exitCode: ExitCode.api, lines, json }
 }
 
-export const reportOf = (error: unknown, apiBase: string, fields: FieldNames = []): Report => {
-  if (isApiError(error)) return apiReport(error, fields)
+/** The report of a failure; `headers`: the last response's, for `Retry-After`. */
+export const reportOf = (
+  error: unknown,
+  apiBase: string,
+  fields: FieldNames = [],
+  headers: Readonly<Record<string, string>> = {}
+): Report => {
+  if (isApiError(error)) return apiReport(error, fields, headers)
   if (error instanceof CliFailure) {
     return {
       exitCode: error.usage ? ExitCode.usage : ExitCode.other,
@@ -98,7 +104,8 @@ export const reportFailure = (cause: Cause.Cause<unknown>, json: boolean, apiBas
   Effect.gen(function*() {
     const failure = Cause.failureOption(cause)
     const error = Option.getOrElse(failure, () => Cause.squash(cause))
-    const report = reportOf(error, apiBase, fields)
+    const headers = yield* Effect.flatMap(LastResponse, Ref.get)
+    const report = reportOf(error, apiBase, fields, headers)
     if (json) yield* Console.error(JSON.stringify({ error: report.json }))
     else yield* Console.error(report.lines.join("\n"))
     if (Option.isNone(failure) && process.env.MAILROOM_DEBUG) yield* Console.error(Cause.pretty(cause))

@@ -1,9 +1,10 @@
 /** Runs one parsed command: its handler with the HTTP client and global flags, then the exit code. */
 import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Cause, Effect, Exit, Option } from "effect"
+import { Cause, Effect, Exit, Option, Ref } from "effect"
 import { reportFailure } from "./Errors.js"
 import { Globals, type GlobalValues } from "./Globals.js"
+import { LastResponse } from "./LastResponse.js"
 import type { Parsed } from "./Parse.js"
 import { DEFAULT_API_BASE } from "./Root.js"
 import type { LeafSpec } from "./Spec.js"
@@ -45,6 +46,7 @@ export const runCommand = (parsed: Extract<Parsed, { kind: "run" }>) => {
     ),
     Effect.tap((code) => Effect.sync(() => { process.exitCode = code })),
     Effect.provideService(Globals, globals),
+    Effect.provideServiceEffect(LastResponse, Ref.make<Readonly<Record<string, string>>>({})),
     // Node's own fetch: bundling undici as well would double what a command loads.
     Effect.provide(FetchHttpClient.layer)
   )

@@ -5,13 +5,14 @@
  * more on a 401; the new token set is written back to the profile.
  */
 import { HttpApiClient, HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Option, Ref } from "effect"
 import { MailroomApi } from "../Api.js"
 import { InvalidGrant } from "../contract/Errors.js"
 import type { TokenSet } from "../identity/Api.js"
 import { CliFailure } from "./Failure.js"
 import { loadProfile, saveProfile, type StoredProfile } from "./Profile.js"
 import { Globals } from "./Globals.js"
+import { LastResponse } from "./LastResponse.js"
 import { DEFAULT_API_BASE } from "./Root.js"
 
 /** Refresh this long before the access token's expiry. */
@@ -26,9 +27,6 @@ export interface Target {
   readonly origin: string
   readonly json: boolean
 }
-
-/** The last response seen, for `Retry-After` in error messages. */
-export const lastResponse: { headers: Readonly<Record<string, string>> } = { headers: {} }
 
 export const normalizeApiBase = (raw: string) =>
   Effect.gen(function*() {
@@ -65,15 +63,12 @@ export const profileFromTokenSet = (apiBase: string, t: TokenSet, nowMs: number)
   org_name: t.org_name
 })
 
-const recordResponse = (client: HttpClient.HttpClient) =>
-  HttpClient.tap(client, (res: HttpClientResponse.HttpClientResponse) =>
-    Effect.sync(() => {
-      lastResponse.headers = res.headers
-    }))
+const recordResponse = (last: Ref.Ref<Readonly<Record<string, string>>>) => (client: HttpClient.HttpClient) =>
+  HttpClient.tap(client, (res: HttpClientResponse.HttpClientResponse) => Ref.set(last, res.headers))
 
 /** A client without a credential (sign-up, login, agent accounts, refresh). */
 export const anonymousClient = (t: Target) =>
-  HttpApiClient.make(MailroomApi, { baseUrl: t.origin, transformClient: recordResponse })
+  Effect.flatMap(LastResponse, (last) => HttpApiClient.make(MailroomApi, { baseUrl: t.origin, transformClient: recordResponse(last) }))
 
 export type Client = Effect.Effect.Success<ReturnType<typeof anonymousClient>>
 
@@ -106,6 +101,7 @@ export const authedClient = Effect.gen(function*() {
     onSome: Effect.succeed
   })
   const anonymous = yield* anonymousClient(t)
+  const last = yield* LastResponse
 
   const refresh = (c: Extract<Credential, { kind: "oauth" }>) =>
     Effect.gen(function*() {
@@ -133,7 +129,7 @@ export const authedClient = Effect.gen(function*() {
   let retried = false
   const transformClient = (client: HttpClient.HttpClient) => {
     const authed = HttpClient.mapRequest(client, (req) => HttpClientRequest.bearerToken(req, cred.token))
-    return recordResponse(HttpClient.transform(authed, (effect, request) =>
+    return recordResponse(last)(HttpClient.transform(authed, (effect, request) =>
       Effect.flatMap(effect, (res) => {
         if (res.status !== 401 || cred.kind !== "oauth" || retried) return Effect.succeed(res)
         retried = true

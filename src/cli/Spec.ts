@@ -6,6 +6,7 @@
 import type { HttpClient } from "@effect/platform"
 import type { Effect, Option } from "effect"
 import type { Globals } from "./Globals.js"
+import type { LastResponse } from "./LastResponse.js"
 
 export type FlagKind = "boolean" | "text" | "integer" | "uuid" | "choice" | "many"
 
@@ -146,4 +147,4 @@ export type Values<S> = S extends LeafSpec<infer F, infer A>
   ? { readonly [K in keyof F]: FlagValue<F[K]> } & { readonly [K in keyof A]: ArgValue<A[K]> }
   : never
 
-export type Handler<S> = (values: Values<S>) => Effect.Effect<unknown, unknown, HttpClient.HttpClient | Globals>
+export type Handler<S> = (values: Values<S>) => Effect.Effect<unknown, unknown, HttpClient.HttpClient | Globals | LastResponse>

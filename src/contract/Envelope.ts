@@ -69,6 +69,32 @@ export const OkList = <A, I, R>(item: Schema.Schema<A, I, R>, identifier: string
     R
   >
 
+/** The decoded side of `OkWithMeta`: the data and the endpoint's own meta. */
+export interface WithMeta<A, M> {
+  readonly data: A
+  readonly meta: M
+}
+
+/**
+ * `{success:true,data,meta}` with a meta of the endpoint's own (not a page's, e.g. how a search ran);
+ * the handler returns `{data, meta}`.
+ */
+export const OkWithMeta = <A, I, R, M, MI, MR>(
+  data: Schema.Schema<A, I, R>,
+  meta: Schema.Schema<M, MI, MR>,
+  identifier: string,
+  description = identifier
+): Schema.Schema<WithMeta<A, M>, { readonly success: true; readonly data: I; readonly meta: MI }, R | MR> =>
+  Schema.transform(Schema.Struct({ success: Schema.Literal(true), data, meta }), trusted<WithMeta<A, M>>(identifier), {
+    strict: false,
+    decode: (e) => ({ data: e.data, meta: e.meta }),
+    encode: (a) => ({ success: true as const, data: a.data, meta: a.meta })
+  }).annotations({ ...jsonId(`${identifier}Response`), description }) as unknown as Schema.Schema<
+    WithMeta<A, M>,
+    { readonly success: true; readonly data: I; readonly meta: MI },
+    R | MR
+  >
+
 /** Strict request bodies: unknown properties are rejected and every issue is reported. */
 export const strict = <S extends Schema.Schema.Any>(s: S): S =>
   s.annotations({ parseOptions: { onExcessProperty: "error", errors: "all" } }) as S

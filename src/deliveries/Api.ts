@@ -4,6 +4,7 @@ import { Schema } from "effect"
 import { allErrors, DateTimeFilter, DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { Authentication } from "../contract/Security.js"
+import { VERDICTS } from "../webhooks/Diagnosis.js"
 
 export const DeliveryStatus = Schema.Literal("pending", "delivered", "header_confirmed", "failed")
 
@@ -51,16 +52,7 @@ export const DebugSignatureRequest = strict(Schema.Struct({
   body: Schema.String.annotations({ description: "The raw request body exactly as received, as a string" })
 })).annotations({ identifier: "DebugSignatureRequest" })
 
-export const SignatureVerdict = Schema.Literal(
-  "valid",
-  "missing_header",
-  "malformed_header",
-  "timestamp_out_of_tolerance",
-  "body_reserialized",
-  "body_modified",
-  "signed_with_previous_secret",
-  "signed_with_unknown_secret"
-).annotations({
+export const SignatureVerdict = Schema.Literal(...VERDICTS).annotations({
   description: "valid; missing_header; malformed_header; timestamp_out_of_tolerance (the signature matches but t is " +
     "more than 300 s away); body_reserialized (the JSON equals the delivered payload but its bytes differ); " +
     "body_modified (the content differs from the delivered payload); signed_with_previous_secret (only the secret " +

@@ -65,7 +65,7 @@ export const demoDocuments: ReadonlyArray<DemoDocument> = demoEmails
 const HYBRID_MARGIN_MS = 500
 
 export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearch", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const embedder = yield* Embedder
     const config = yield* AppConfig
@@ -74,6 +74,8 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
     // The demo's vectors, computed in the background from the first demo search on (the model may
     // take seconds to load, and a service nobody demos never loads it for the demo); until they exist
     // the demo's messages are found lexically, like stored mail the embedding backlog has not reached.
+    // Warming outlives the search that starts it, not the service: it runs in the service's scope.
+    const scope = yield* Effect.scope
     let vectors: ReadonlyArray<Float32Array> | undefined
     let warming = false
     const warm = embedder.embed(demoDocuments.map((d) => embeddingText(d.inline.subject, d.inline.body)), { priority: "backlog" }).pipe(
@@ -84,7 +86,7 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
     const startWarming = Effect.suspend(() => {
       if (warming) return Effect.void
       warming = true
-      return Effect.asVoid(Effect.forkDaemon(warm))
+      return Effect.asVoid(Effect.forkIn(warm, scope))
     })
 
     const allowed = (q: SearchQuery, scope: SearchScope) =>
@@ -153,7 +155,6 @@ export class DemoSearch extends Effect.Service<DemoSearch>()("mailroom/DemoSearc
         const results = resultsOf(candidatesOf(mode, lex, sem), demoDocuments.map((d) => d.hit), limit)
         const took = (yield* Clock.currentTimeMillis) - started
         return {
-          success: true as const,
           data: { results },
           meta: { mode, took_ms: Math.round(took), embedding_model: mode === "lexical" ? null : embedder.model }
         }

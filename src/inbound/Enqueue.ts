@@ -6,13 +6,13 @@
  * No match: the email stays visible through the API, and its event goes to the organization's event
  * log only (the `/v1/events` stream).
  */
-import { Effect, Layer, Option } from "effect"
+import { Effect, Option } from "effect"
 import { downloadUrls } from "../emails/Present.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { replyTextOf } from "../mail/ReplyText.js"
 import { evaluateFilters, evaluateRules } from "../filters/Evaluate.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
-import { eventOf, type InboundMessage, OnEmailStored, type StoredEmail } from "./Store.js"
+import { type EmailStoredHook, eventOf, type InboundMessage, type StoredEmail } from "./Store.js"
 import { isAutoSubmitted } from "./Classify.js"
 import { AppConfig } from "../platform/Config.js"
 import { RegistryDirectory, type VerifiedSender } from "../registries/Directory.js"
@@ -29,9 +29,9 @@ const senderField = (senders: ReadonlyArray<VerifiedSender>): { readonly sender?
   return all.length === 0 ? {} : { sender: all.length === 1 ? all[0]! : all }
 }
 
-export const OnEmailStoredLive = Layer.effect(
-  OnEmailStored,
-  Effect.gen(function*() {
+/** The delivery hook stored with each email (one of the `EmailStoredHooks` the composition root provides). */
+export class DeliveryHook extends Effect.Service<DeliveryHook>()("mailroom/DeliveryHook", {
+  effect: Effect.gen(function*() {
     const queue = yield* DeliveryQueue
     const tokens = yield* DownloadTokens
     const config = yield* AppConfig
@@ -81,7 +81,7 @@ export const OnEmailStoredLive = Layer.effect(
         })
       })
 
-    return (email: StoredEmail, message: InboundMessage) =>
+    const hook: EmailStoredHook = (email: StoredEmail, message: InboundMessage) =>
       Effect.gen(function*() {
         const destination = email.recipient.resolution.endpoint
         const sender = senderOf(message)
@@ -158,5 +158,8 @@ export const OnEmailStoredLive = Layer.effect(
           subject: p.subject ?? ""
         }))
       })
-  })
-).pipe(Layer.provide(EventLog.Default))
+
+    return { hook } as const
+  }),
+  dependencies: [EventLog.Default]
+}) {}

@@ -26,7 +26,7 @@ import type { AuthResults } from "./Authenticity.js"
 import { checkCommand } from "./Commands.js"
 import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
 import { scoreSpam } from "./SpamScore.js"
-import { InboundStore, MoreOnEmailStored, OnEmailStored } from "./Store.js"
+import { EmailStoredHooks, InboundStore } from "./Store.js"
 
 const domainOf = (address: string) => address.slice(address.lastIndexOf("@") + 1)
 
@@ -64,8 +64,7 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
   const recipients = yield* Recipients
   const store = yield* InboundStore
   // The hooks stored with each email (its deliveries, the payments rail), as the SMTP listener has them.
-  const onStored = yield* OnEmailStored
-  const moreOnStored = yield* MoreOnEmailStored
+  const hooks = yield* EmailStoredHooks
   const managed = config.managedInboxDomain.toLowerCase()
   const pool = yield* Effect.acquireRelease(Effect.sync(() => makeAnalyzePool()), (p) => Effect.promise(() => p.close()))
 
@@ -154,8 +153,7 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
         command: checked.command,
         policyQuarantine
       }, admitted.map((a) => a.recipient)).pipe(
-        Effect.provideService(OnEmailStored, onStored),
-        Effect.provideService(MoreOnEmailStored, moreOnStored),
+        Effect.provideService(EmailStoredHooks, hooks),
         Effect.map((copies) => ({ _tag: "Stored", copies } as const)),
         Effect.catchTag("StorageQuotaExceeded", () => Effect.succeed({ _tag: "Full" } as const)),
         Effect.catchAllCause((cause) =>

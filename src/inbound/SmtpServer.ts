@@ -23,7 +23,7 @@ import { mayCommand } from "../mail/WakeMessage.js"
 import { checkCommand } from "./Commands.js"
 import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
 import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
-import { InboundStore } from "./Store.js"
+import { EmailStoredHooks, InboundStore } from "./Store.js"
 import { judgeAttachments } from "../account/AttachmentPolicy.js"
 import { BounceIntake } from "./BounceIntake.js"
 
@@ -38,6 +38,7 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const recipients = yield* Recipients
   const store = yield* InboundStore
+  const hooks = yield* EmailStoredHooks
   const bounces = yield* BounceIntake
   // Sent emails whose VERP return paths this transaction was addressed to (src/inbound/BounceIntake.ts).
   const returned = new Map<string, Array<string>>()
@@ -160,6 +161,7 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
       policyQuarantine
     }
     return run(store.store(message, rcpts).pipe(
+      Effect.provideService(EmailStoredHooks, hooks),
       Effect.map((stored) => ({ _tag: "Stored", stored } as const)),
       Effect.catchTag("StorageQuotaExceeded", () => Effect.succeed({ _tag: "Full" } as const))
     ))

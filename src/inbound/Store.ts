@@ -72,23 +72,20 @@ export interface StoredEmail {
 }
 
 /**
- * Work stored atomically with each accepted email (e.g. its delivery): a data-modifying statement
- * (INSERT … RETURNING) embedded in the statement that stores the email. The email's id is known
- * before the statement runs.
+ * Work stored atomically with each accepted email (its delivery, the payments email rail's queue
+ * row): a data-modifying statement (INSERT … RETURNING) embedded in the statement that stores the
+ * email. The email's id is known before the statement runs.
  */
-export class OnEmailStored extends Context.Reference<OnEmailStored>()("mailroom/OnEmailStored", {
-  defaultValue: () => (_email: StoredEmail, _message: InboundMessage): Effect.Effect<Option.Option<Statement.Fragment>> => Effect.succeedNone
-}) {}
-
 export type EmailStoredHook = (email: StoredEmail, message: InboundMessage) => Effect.Effect<Option.Option<Statement.Fragment>>
 
 /**
- * More work stored atomically with each accepted email, beside its delivery (e.g. the payments
- * email rail's queue row for a message carrying a signed payment). Same contract as `OnEmailStored`.
+ * The hooks every stored email goes through, provided once by the composition root (src/Server.ts).
+ * A required service, not a default: a composition that stores mail without them would accept mail
+ * and never deliver it, so leaving them out must not typecheck.
  */
-export class MoreOnEmailStored extends Context.Reference<MoreOnEmailStored>()("mailroom/MoreOnEmailStored", {
-  defaultValue: (): ReadonlyArray<EmailStoredHook> => []
-}) {}
+export class EmailStoredHooks extends Context.Tag("mailroom/EmailStoredHooks")<EmailStoredHooks, {
+  readonly hooks: ReadonlyArray<EmailStoredHook>
+}>() {}
 
 /**
  * Largest piece of a raw message sent in one statement. node-postgres copies every parameter into
@@ -288,9 +285,7 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
 
     const store = (message: InboundMessage, recipients: ReadonlyArray<Recipient>) =>
       Effect.gen(function*() {
-        const onStored = yield* OnEmailStored
-        const more = yield* MoreOnEmailStored
-        const hooks = [onStored, ...more]
+        const { hooks } = yield* EmailStoredHooks
         const distinct = distinctRecipients(recipients)
         // One thread per organization the message reaches (its copies there share it).
         const p = message.parsed

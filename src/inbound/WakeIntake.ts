@@ -1,19 +1,20 @@
 /**
  * The inbound side of the wake port (src/wake/Intake.ts): a fired wake's email is analysed and
- * stored like received mail for its recipient, with the hooks stored with every email (its
- * deliveries) taken from where the firing runs, exactly as for mail that arrives over SMTP.
+ * stored like received mail for its recipient, with the hooks every stored email runs (its
+ * deliveries), exactly as for mail that arrives over SMTP.
  */
 import { Effect, Layer, Option } from "effect"
 import { WakeIntake, WakeStorageFull } from "../wake/Intake.js"
 import { analyze } from "./Analyze.js"
 import { Recipients } from "./Recipients.js"
-import { InboundStore } from "./Store.js"
+import { EmailStoredHooks, InboundStore } from "./Store.js"
 
 export const WakeIntakeLive = Layer.effect(
   WakeIntake,
   Effect.gen(function*() {
     const recipients = yield* Recipients
     const store = yield* InboundStore
+    const hooks = yield* EmailStoredHooks
     return {
       lookup: (address) =>
         Effect.map(recipients.lookup(address), Option.map((recipient) => ({
@@ -29,6 +30,7 @@ export const WakeIntakeLive = Layer.effect(
                 ...analysis,
                 command: email.command
               }, [recipient]).pipe(
+                Effect.provideService(EmailStoredHooks, hooks),
                 Effect.catchTag("StorageQuotaExceeded", () => Effect.fail(new WakeStorageFull())),
                 // The database being away is no reason to give up: the lease expires and the firing is retried.
                 Effect.catchTag("SqlError", Effect.die)

@@ -3,6 +3,7 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { allErrors, DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
+import { withOutboundErrors } from "../contract/Outbound.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
 import { SentEmail } from "../sending/Api.js"
@@ -272,16 +273,7 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       .addError(Wire.FeatureDisabled)
       .addError(Wire.NoPayoutAddress)
       .addError(Wire.Forbidden)
-      .addError(Wire.DiscardNotEnabled)
-      .addError(Wire.CannotSendFromDomain)
-      .addError(Wire.RecipientNotAllowed)
-      .addError(Wire.RecipientSuppressed)
-      .addError(Wire.OutboundCapacityExhausted)
-      .addError(Wire.OutboundUnreachable)
-      .addError(Wire.OutboundRelayTimeout)
-      .addError(Wire.OutboundRelayFailed)
-      .addError(Wire.OutboundResponseMalformed)
-      .addError(Wire.OutboundKeyInvalid)
+      .pipe(withOutboundErrors)
       .annotate(OpenApi.Summary, "Ask for a payment: an x402 PaymentRequired to the organization's payout address")
   )
   .add(
@@ -344,16 +336,7 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
       .addError(Wire.InboundNotRepliable)
-      .addError(Wire.DiscardNotEnabled)
-      .addError(Wire.CannotSendFromDomain)
-      .addError(Wire.RecipientNotAllowed)
-      .addError(Wire.RecipientSuppressed)
-      .addError(Wire.OutboundCapacityExhausted)
-      .addError(Wire.OutboundUnreachable)
-      .addError(Wire.OutboundRelayTimeout)
-      .addError(Wire.OutboundRelayFailed)
-      .addError(Wire.OutboundResponseMalformed)
-      .addError(Wire.OutboundKeyInvalid)
+      .pipe(withOutboundErrors)
       .addError(Wire.PaymentDeclined)
       .addError(Wire.PaymentVerificationFailed)
       .annotate(

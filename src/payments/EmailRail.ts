@@ -18,7 +18,7 @@
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Layer, Option } from "effect"
 import { ValidationError } from "../contract/Errors.js"
-import { MoreOnEmailStored, type EmailStoredHook } from "../inbound/Store.js"
+import type { EmailStoredHook } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
 import { runJobs } from "../platform/JobRunner.js"
 import { backoff, retryAt } from "../platform/RetryPolicy.js"
@@ -355,9 +355,6 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
     return { mailChallenge, challengeOfEmail, payByEmail, hook, claim, runJob, failed } as const
   })
 }) {}
-
-/** Registers the ingestion hook (the job row stored with each email carrying a signed payment). */
-export const EmailRailHookLive = Layer.effect(MoreOnEmailStored, Effect.map(EmailRail, (rail) => [rail.hook]))
 
 /** The workers that settle payment replies and answer them, in every process: declared on the job runner. */
 export const EmailRailWorkerLive = (options: EmailRailWorkerOptions = {}) =>

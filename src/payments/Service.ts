@@ -60,7 +60,9 @@ export type PayResult =
   | { readonly _tag: "Conflict"; readonly message: string; readonly paymentId: string | null }
 
 export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom/payments/PaymentsService", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
+    // Settlements run in the service's scope, not the request's (see `claimAndSettle`).
+    const scope = yield* Effect.scope
     const sql = yield* SqlClient.SqlClient
     const config = yield* AppConfig
     const repo = yield* PaymentsRepo
@@ -353,7 +355,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         // From the claim on, the outcome must be recorded whatever becomes of the request: a client
         // that hangs up interrupts the request, not the settlement (bounded by X402_SETTLE_TIMEOUT).
         // Only a process that stops leaves a payment settling; the reconciler ends it.
-        return yield* Effect.flatMap(Effect.forkDaemon(claimAndSettle), Fiber.join)
+        return yield* Effect.flatMap(Effect.forkIn(claimAndSettle, scope), Fiber.join)
       })
 
     const { httpRail, emailRail } = makeRails({ sql, repo, caps })

@@ -129,7 +129,8 @@ export const runJobs = <Item, R>(job: JobDeclaration<Item, R>): Effect.Effect<vo
       Effect.catchAllCause((cause) =>
         Effect.logWarning(`${job.name}: a claim failed; retrying`, cause).pipe(Effect.zipRight(Effect.sleep("1 second")))),
       Effect.forever,
-      Effect.forkDaemon
+      // Also interrupted by the finalizer below first, so that no claim starts during the drain.
+      Effect.forkScoped
     )
 
     yield* Effect.addFinalizer(() =>

@@ -1,7 +1,7 @@
 /** Contract of Search: lexical, semantic and hybrid search over received and sent mail. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema, SchemaAST } from "effect"
-import { allErrors, DateTimeFilter, DateTimeString, Uuid } from "../contract/Envelope.js"
+import { allErrors, DateTimeFilter, DateTimeString, OkWithMeta, Uuid } from "../contract/Envelope.js"
 import { Wire } from "../contract/Errors.js"
 import { Authentication } from "../contract/Security.js"
 
@@ -57,11 +57,7 @@ export const SearchMeta = Schema.Struct({
   embedding_model: Schema.NullOr(Schema.String).annotations({ description: "the model that embedded the query (null for lexical)" })
 }).annotations({ [SchemaAST.JSONIdentifierAnnotationId]: "SearchMeta" })
 
-export const SearchResponse = Schema.Struct({
-  success: Schema.Literal(true),
-  data: Schema.Struct({ results: Schema.Array(SearchResult) }),
-  meta: SearchMeta
-}).annotations({ [SchemaAST.JSONIdentifierAnnotationId]: "SearchResponse", description: "SearchResponse" })
+export const SearchResponse = OkWithMeta(Schema.Struct({ results: Schema.Array(SearchResult) }), SearchMeta, "Search", "SearchResponse")
 export type SearchResponse = typeof SearchResponse.Type
 
 export class SearchApi extends HttpApiGroup.make("search")

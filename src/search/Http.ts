@@ -36,6 +36,6 @@ export const SearchHttpLive = HttpApiBuilder.group(MailroomApi, "search", (handl
             inboxIds: inboxesOf(principal)
           }
         })
-        return { success: true as const, data: { results }, meta }
+        return { data: { results }, meta }
       }))
   })).pipe(Layer.provide(Search.Default), Layer.provide([SearchRepo.Default, VectorIndex.Default]))

@@ -4,6 +4,7 @@ import { Schema } from "effect"
 import { Draft } from "../contract/Drafts.js"
 import { allErrors, DateTimeFilter, DateTimeString, IdempotencyHeaders, IdPath, Ok, OkList, strict, Uuid } from "../contract/Envelope.js"
 import { ErrorDetails, Gate, Wire } from "../contract/Errors.js"
+import { withOutboundErrors } from "../contract/Outbound.js"
 import { ListQuery } from "../contract/Paging.js"
 import { Authentication } from "../contract/Security.js"
 
@@ -201,18 +202,12 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addSuccess(Ok(SentEmail, "SentEmail"), { status: 201 })
       .addSuccess(Ok(Draft, "Draft"), { status: 202 })
       .addError(Wire.Forbidden)
+      // Named here too only to keep their place in the document's 403 list (a repeat adds nothing).
       .addError(Wire.CannotSendFromDomain)
       .addError(Wire.RecipientNotAllowed)
-      .addError(Wire.RecipientSuppressed)
       .addError(Wire.LoopDetected)
-      .addError(Wire.DiscardNotEnabled)
       .addError(Wire.Conflict)
-      .addError(Wire.OutboundCapacityExhausted)
-      .addError(Wire.OutboundUnreachable)
-      .addError(Wire.OutboundRelayTimeout)
-      .addError(Wire.OutboundRelayFailed)
-      .addError(Wire.OutboundResponseMalformed)
-      .addError(Wire.OutboundKeyInvalid)
+      .pipe(withOutboundErrors)
       .annotate(
         OpenApi.Summary,
         "Send an email now (relayed inside the request) or at `send_at`; the result, success or relay failure, " +
@@ -240,17 +235,8 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
       .addError(Wire.InboundNotRepliable)
-      .addError(Wire.DiscardNotEnabled)
-      .addError(Wire.CannotSendFromDomain)
-      .addError(Wire.RecipientNotAllowed)
-      .addError(Wire.RecipientSuppressed)
       .addError(Wire.LoopDetected)
-      .addError(Wire.OutboundCapacityExhausted)
-      .addError(Wire.OutboundUnreachable)
-      .addError(Wire.OutboundRelayTimeout)
-      .addError(Wire.OutboundRelayFailed)
-      .addError(Wire.OutboundResponseMalformed)
-      .addError(Wire.OutboundKeyInvalid)
+      .pipe(withOutboundErrors)
       .annotate(
         OpenApi.Summary,
         "Reply to a received email: to its Reply-To or From (`reply_all`: also its To and Cc), `Re:` subject, threaded"
@@ -266,17 +252,8 @@ export class SendingApi extends HttpApiGroup.make("sending")
       .addError(Wire.NotFound)
       .addError(Wire.Forbidden)
       .addError(Wire.InboundNotRepliable)
-      .addError(Wire.DiscardNotEnabled)
-      .addError(Wire.CannotSendFromDomain)
-      .addError(Wire.RecipientNotAllowed)
-      .addError(Wire.RecipientSuppressed)
       .addError(Wire.LoopDetected)
-      .addError(Wire.OutboundCapacityExhausted)
-      .addError(Wire.OutboundUnreachable)
-      .addError(Wire.OutboundRelayTimeout)
-      .addError(Wire.OutboundRelayFailed)
-      .addError(Wire.OutboundResponseMalformed)
-      .addError(Wire.OutboundKeyInvalid)
+      .pipe(withOutboundErrors)
       .annotate(OpenApi.Summary, "Forward a received email, attached as message/rfc822")
   )
   .add(

@@ -58,7 +58,7 @@ export type SendError =
   | RecipientSuppressed
 
 export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const repo = yield* SendingRepo
     const threading = yield* Threading
@@ -73,7 +73,8 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     const leaseMs = Duration.toMillis(config.outboundTimeout) + 30_000
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     // Making the managed domain's key (an RSA key pair) takes a moment: not on a first send's clock.
-    yield* Effect.forkDaemon(Effect.ignore(dkim.managedSigning))
+    // In the service's scope, so stopping the service interrupts it.
+    yield* Effect.forkScoped(Effect.ignore(dkim.managedSigning))
 
     const { checkGate, checkQuota, checkSender, checkSuppressed, defaultFrom, orgFacts } = sendChecks({ sql, repo, outcomes, config })
     const loop = loopGuard({ repo, orgEvents })

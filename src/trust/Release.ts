@@ -10,7 +10,7 @@ import type { EmailRow } from "../emails/Repo.js"
 import { parseEmail } from "../mail/Parse.js"
 import { type Recipient, Recipients } from "../inbound/Recipients.js"
 import type { EventType } from "../inbound/Classify.js"
-import { type InboundMessage, MoreOnEmailStored, OnEmailStored, type StoredEmail } from "../inbound/Store.js"
+import { EmailStoredHooks, type InboundMessage, type StoredEmail } from "../inbound/Store.js"
 import { UNKNOWN_TRUST } from "../mail/Trust.js"
 import { AppConfig } from "../platform/Config.js"
 import { documentRow } from "../mail/SearchDocument.js"
@@ -19,6 +19,7 @@ export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mail
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const recipients = yield* Recipients
+    const { hooks } = yield* EmailStoredHooks
     const indexing = (yield* AppConfig).searchIndexing
 
     const release = (orgId: string, id: string) =>
@@ -64,7 +65,6 @@ export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mail
           signals: trust.signals
         }
         const email: StoredEmail = { id: row.id, orgId, threadId: row.thread_id, recipient, status: "accepted", trust }
-        const hooks = [yield* OnEmailStored, ...(yield* MoreOnEmailStored)]
         const work = (yield* Effect.forEach(hooks, (hook) => hook(email, message))).flatMap((o) => Option.toArray(o))
         yield* Effect.gen(function*() {
           const updated = yield* sql`UPDATE emails SET status = 'accepted', quarantine_expires_at = NULL

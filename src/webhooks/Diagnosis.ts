@@ -7,6 +7,7 @@ import { isDeepStrictEqual } from "node:util"
 import { LEGACY_SIGNATURE_HEADER, SIGNATURE_HEADER, signatureHex, TOLERANCE_SECONDS } from "./Signing.js"
 import { timingSafeEqual } from "node:crypto"
 
+/** What a diagnosis concludes; the API declares exactly these (src/deliveries/Api.ts). */
 export const VERDICTS = [
   "valid",
   "missing_header",

@@ -25,9 +25,10 @@ export const directCall = (runs: ReadonlyMap<string, Run>, posted: string): Effe
   if (!isRecord(message) || message.jsonrpc !== "2.0" || message.method !== "tools/call") return undefined
   const { id, params } = message
   if (typeof id !== "number" || !Number.isSafeInteger(id) || id <= 0 || !isRecord(params)) return undefined
-  const { name, arguments: args } = params
+  const { name, arguments: args, _meta } = params
   const run = typeof name === "string" ? runs.get(name) : undefined
-  if (run === undefined || (args !== undefined && !isRecord(args))) return undefined
+  // What the McpServer's decoding would refuse stays its to answer (`arguments` is required there).
+  if (run === undefined || !isRecord(args) || (_meta !== undefined && !isRecord(_meta))) return undefined
   return Effect.map(run(args), (result) => responseOf(id, result))
 }
 

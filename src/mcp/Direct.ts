@@ -14,6 +14,14 @@ import { JsonText, type Run } from "./Register.js"
 
 const isRecord = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v)
 
+/** `_meta` as the McpServer decodes it: absent, or an object whose `progressToken` is absent, a string or a number. */
+const metaDecodes = (meta: unknown) => {
+  if (meta === undefined) return true
+  if (!isRecord(meta)) return false
+  const token = meta.progressToken
+  return token === undefined || typeof token === "string" || typeof token === "number"
+}
+
 /** The call's answer as the JSON-RPC response text, or undefined when the McpServer is to answer. */
 export const directCall = (runs: ReadonlyMap<string, Run>, posted: string): Effect.Effect<string> | undefined => {
   let message: unknown
@@ -28,7 +36,7 @@ export const directCall = (runs: ReadonlyMap<string, Run>, posted: string): Effe
   const { name, arguments: args, _meta } = params
   const run = typeof name === "string" ? runs.get(name) : undefined
   // What the McpServer's decoding would refuse stays its to answer (`arguments` is required there).
-  if (run === undefined || !isRecord(args) || (_meta !== undefined && !isRecord(_meta))) return undefined
+  if (run === undefined || !isRecord(args) || !metaDecodes(_meta)) return undefined
   return Effect.map(run(args), (result) => responseOf(id, result))
 }
 

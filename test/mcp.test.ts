@@ -234,6 +234,38 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("mcp", (it) => {
         expect(before - after).toBe(4)
         yield* Effect.promise(() => client.close())
       }))
+    it.effect("a tools/call posted alone answers byte for byte what the McpServer answers for it in a batch", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg("MCP direct")
+        const headers = { accept: "application/json, text/event-stream" }
+        const request = (id: number, name: string, args?: Record<string, unknown>, meta?: unknown) => ({
+          jsonrpc: "2.0", id, method: "tools/call",
+          params: { name, ...(args !== undefined ? { arguments: args } : {}), ...(meta !== undefined ? { _meta: meta } : {}) }
+        })
+        const both = (message: ReturnType<typeof request>) =>
+          Effect.gen(function*() {
+            const alone = yield* call("POST", "/mcp", { token: org.key, body: message, headers })
+            const batched = yield* call("POST", "/mcp", { token: org.key, body: [message], headers })
+            expect([alone.status, batched.status]).toEqual([200, 200])
+            expect(alone.headers.get("content-type")).toBe(batched.headers.get("content-type"))
+            expect(`[${alone.text}]`).toBe(batched.text)
+            return alone.body
+          })
+        const account = yield* both(request(7, "get_account", {}))
+        expect([account.id, account.result.isError, account.result.structuredContent.data.id]).toEqual([7, false, org.orgId])
+        expect(account.result.content[0].text).toBe(JSON.stringify(account.result.structuredContent))
+        expect((yield* both(request(2 ** 40, "list_emails", { limit: 5 }, { progressToken: "p" }))).result.structuredContent.meta.limit).toBe(5)
+        // An error result carries its envelope's code as the text of its content.
+        const missing = yield* both(request(8, "get_email", { id: "00000000-0000-4000-8000-000000000000" }))
+        expect(missing.result.isError).toBe(true)
+        expect(JSON.parse(missing.result.content[0].text).error).toMatchObject({ code: "not_found", message: "email not found" })
+        const invalid = yield* both(request(9, "list_emails", { colour: "blue" }))
+        expect(JSON.parse(invalid.result.content[0].text).error.code).toBe("validation_error")
+        // What only the McpServer answers (unknown tool, no arguments, malformed _meta) is the same alone or batched.
+        expect((yield* both(request(10, "no_such_tool", {}))).error).toBeDefined()
+        yield* both(request(11, "get_account"))
+        expect((yield* both(request(12, "get_account", {}, { progressToken: true }))).error).toBeDefined()
+      }))
   })
 
   describe("stdio (mailroom mcp)", () => {

@@ -4,26 +4,31 @@
  * organization's window, its credential resolved once); a missing or bad credential is the same 401
  * as `/v1`'s. A tool call runs its operation's request through the API's own router in process, so
  * validation, handlers, scopes, errors and idempotency are the operation's; its result is the
- * operation's response body, and an error answers `isError: true` with the error envelope.
+ * operation's response body, and an error answers `isError: true` with the error envelope. A
+ * `tools/call` posted alone skips the RPC server (Direct.ts): same handler, same answer.
  */
 import type { CallToolResult } from "@effect/ai/McpSchema"
 import * as McpServer from "@effect/ai/McpServer"
 import { HttpApi, HttpApiBuilder, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import * as RpcSerialization from "@effect/rpc/RpcSerialization"
 import * as RpcServer from "@effect/rpc/RpcServer"
-import { Effect, FiberRef, Layer, Option, Redacted } from "effect"
+import { Context, Effect, FiberRef, Layer, Option, Redacted } from "effect"
 import { envelopeOf, InternalError, MethodNotAllowed } from "../contract/Errors.js"
 import { Authentication } from "../contract/Security.js"
 import { VERSION } from "../contract/Version.js"
 import { creatingOperations, Idempotency } from "../platform/Idempotency.js"
 import { ResolvedPrincipal } from "../platform/RequestContext.js"
 import { dispatchAdmitted } from "../platform/RequestPipeline.js"
-import { failure, OUTPUT_SCHEMAS, registerTools, resultOf } from "./Register.js"
+import { directCall } from "./Direct.js"
+import { failure, OUTPUT_SCHEMAS, registerTools, resultOf, type Run } from "./Register.js"
 import { withOutputSchemas } from "./Serialization.js"
 
 export const MCP_PATH = "/mcp"
 
 const decoder = new TextDecoder()
+
+/** The registered tools' handlers by name, for the direct path; filled in once the tools are registered. */
+class DirectRuns extends Context.Tag("mailroom/mcp/DirectRuns")<DirectRuns, Map<string, Run>>() {}
 
 /** The tools, each calling its operation through the API's router. */
 const ToolsLive = Layer.effectDiscard(Effect.gen(function*() {
@@ -35,7 +40,7 @@ const ToolsLive = Layer.effectDiscard(Effect.gen(function*() {
   const app = yield* Effect.cached(
     HttpApiBuilder.httpApp.pipe(HttpRouter.withRouterConfig({ maxParamLength: 4096 }), Effect.provide(context))
   )
-  yield* registerTools((_spec, req) =>
+  const runs = yield* registerTools((_spec, req) =>
     // The HTTP services (request, platform) are the POST's own: the handler runs in its context.
     Effect.gen(function*() {
       const outer = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
@@ -53,13 +58,15 @@ const ToolsLive = Layer.effectDiscard(Effect.gen(function*() {
       return resultOf(response.status, response.body._tag === "Uint8Array" ? decoder.decode(response.body.body) : undefined)
     }).pipe(Effect.provideService(Idempotency, idempotency)) as Effect.Effect<CallToolResult, unknown>
   )
+  const direct = yield* DirectRuns
+  for (const [name, run] of runs) direct.set(name, run)
 }))
 
 /** POST /mcp for the McpServer's JSON-RPC, behind the bearer check; other methods 405. */
-const ProtocolLive = Layer.effect(
-  RpcServer.Protocol,
+const ProtocolLive = Layer.effectContext(
   Effect.gen(function*() {
     const { httpApp, protocol } = yield* RpcServer.makeProtocolWithHttpApp
+    const runs = new Map<string, Run>()
     const auth = yield* Authentication
     const router = yield* HttpApiBuilder.Router
     const post = Effect.gen(function*() {
@@ -67,6 +74,9 @@ const ProtocolLive = Layer.effect(
       if (checked._tag === "Left") {
         return HttpServerResponse.unsafeJson(envelopeOf(checked.left), { status: 401 })
       }
+      const posted = yield* Effect.either((yield* HttpServerRequest.HttpServerRequest).text)
+      const direct = posted._tag === "Right" ? directCall(runs, posted.right) : undefined
+      if (direct !== undefined) return HttpServerResponse.text(yield* direct, { contentType: "application/json" })
       const response = yield* httpApp
       // Only notifications or responses were posted: nothing to answer (Streamable HTTP: 202).
       const empty = response.body._tag === "Uint8Array" && decoder.decode(response.body.body).trim().replace(/^\[\]$/, "") === ""
@@ -79,7 +89,7 @@ const ProtocolLive = Layer.effect(
     yield* router.post(MCP_PATH, Effect.scoped(post))
     yield* router.get(MCP_PATH, Effect.succeed(notAllowed))
     yield* router.del(MCP_PATH, Effect.succeed(notAllowed))
-    return protocol
+    return Context.make(RpcServer.Protocol, protocol).pipe(Context.add(DirectRuns, runs))
   })
 ).pipe(
   Layer.provide(Layer.succeed(RpcSerialization.RpcSerialization, withOutputSchemas(RpcSerialization.jsonRpc(), OUTPUT_SCHEMAS))),

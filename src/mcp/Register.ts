@@ -1,7 +1,9 @@
 /**
  * Registers every tool of `TOOLS` with an McpServer, each answered by `call`: the service runs the
  * operation's request through its own router, `mailroom mcp` sends it over HTTP. Either way the
- * result is built from the operation's status and body here, the same way.
+ * result is built from the operation's status and body here, the same way. A success keeps the
+ * body's JSON text (`JsonText`): it is parsed only if a serializer asks for its value, and the direct
+ * path (Direct.ts) writes it into the answer as it came.
  */
 import * as McpSchema from "@effect/ai/McpSchema"
 import * as McpServer from "@effect/ai/McpServer"
@@ -14,11 +16,31 @@ export const OUTPUT_SCHEMAS: ReadonlyMap<string, unknown> = new Map(TOOLS.map((t
 
 const text = (s: string) => ({ type: "text" as const, text: s })
 
+/**
+ * An operation's success body as its JSON text. Serialized (`toJSON`) it is that JSON's value, so
+ * any serializer writes the same `structuredContent`; the direct path splices the text itself.
+ */
+export class JsonText {
+  constructor(readonly text: string) {}
+  toJSON(): unknown {
+    return JSON.parse(this.text)
+  }
+}
+
+// The results built here have a fixed shape: the class's constructor check is skipped.
+const callToolResult = (fields: ConstructorParameters<typeof McpSchema.CallToolResult>[0]) => new McpSchema.CallToolResult(fields, true)
+
 /** A failed call: `isError` with the error envelope (`{success:false,error:{code,message,…}}`) as its text. */
-export const failure = (envelope: unknown) => new McpSchema.CallToolResult({ isError: true, content: [text(JSON.stringify(envelope))] })
+export const failure = (envelope: unknown) => callToolResult({ isError: true, content: [text(JSON.stringify(envelope))] })
+
+/** How every success envelope the API encodes begins (see src/contract/Envelope.ts). */
+const SUCCESS_ENVELOPE = /^\{"success":true[,}]/
 
 /** The operation's answer as a tool result: its body as structured content, or `isError` with its error envelope. */
 export const resultOf = (status: number, body: string | undefined) => {
+  if (status < 400 && body !== undefined && SUCCESS_ENVELOPE.test(body)) {
+    return callToolResult({ isError: false, structuredContent: new JsonText(body), content: [text(body)] })
+  }
   let parsed: { success?: boolean } | undefined
   try {
     parsed = body === undefined || body === "" ? undefined : JSON.parse(body)
@@ -29,15 +51,20 @@ export const resultOf = (status: number, body: string | undefined) => {
     return failure(envelopeOf(new InternalError({ message: `the operation answered ${status} without a JSON body` })))
   }
   if (status >= 400 || parsed.success !== true) return failure(parsed)
-  return new McpSchema.CallToolResult({ isError: false, structuredContent: parsed, content: [text(body!)] })
+  return callToolResult({ isError: false, structuredContent: parsed, content: [text(body!)] })
 }
 
 export type Call<R> = (spec: ToolSpec, request: ToolRequest) => Effect.Effect<McpSchema.CallToolResult, unknown, R>
 
+/** A registered tool's handler, by the call's arguments; it never fails. */
+export type Run = (args: Record<string, unknown> | undefined) => Effect.Effect<McpSchema.CallToolResult>
+
+/** Registers every tool; answers the handlers it registered, by tool name. */
 export const registerTools = <R>(call: Call<R>) =>
   Effect.gen(function*() {
     const server = yield* McpServer.McpServer
     const context = yield* Effect.context<R>()
+    const runs = new Map<string, Run>()
     for (const spec of TOOLS) {
       const run = (args: Record<string, unknown> | undefined) =>
         Effect.suspend(() => {
@@ -60,6 +87,7 @@ export const registerTools = <R>(call: Call<R>) =>
           // The service's handler also sees the POST's own context (its request, its resolved credential).
           Effect.provide(context)
         )
+      runs.set(spec.name, run as Run)
       yield* server.addTool({
         tool: new McpSchema.Tool({
           name: spec.name,
@@ -75,4 +103,5 @@ export const registerTools = <R>(call: Call<R>) =>
         handle: (args) => run(args as Record<string, unknown> | undefined) as Effect.Effect<McpSchema.CallToolResult>
       })
     }
+    return runs as ReadonlyMap<string, Run>
   })

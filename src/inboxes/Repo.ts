@@ -5,7 +5,7 @@ import type { Position } from "../contract/Paging.js"
 import { inboxCondition, type OrgScope, orgOf } from "../platform/InboxLimit.js"
 import { pageWithTotal } from "../platform/Listing.js"
 import { Plan } from "../contract/Plans.js"
-import { allRows, firstRow, pageRows, Timestamp } from "../platform/RowFields.js"
+import { allRows, firstRow, pageRows, Timestamp } from "../platform/Rows.js"
 import type { Inbox } from "./Api.js"
 
 export const InboxRow = Schema.Struct({

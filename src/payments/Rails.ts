@@ -6,7 +6,7 @@ import { type SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { capped, declined, type PaymentFailure } from "./Failures.js"
 import { evaluatePolicy, utcDay } from "./Policy.js"
-import { rowsOrDieOnParse } from "../platform/RowFields.js"
+import { rowsOrDieOnParse } from "../platform/Rows.js"
 import { type ChallengeRow, type PaymentsRepo, PolicyRow, policyOf } from "./Repo.js"
 import type { SettleCaps } from "./SettleCaps.js"
 

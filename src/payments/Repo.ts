@@ -2,7 +2,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
-import { Count, NullableTimestamp, rowsOrDie, TextArray, Timestamp } from "../platform/RowFields.js"
+import { Count, NullableTimestamp, rowsOrDie, TextArray, Timestamp } from "../platform/Rows.js"
 import type { Challenge, Payment, PaymentRequired, PayoutAddress } from "./Api.js"
 import { atomicOf, fromAtomic } from "./Money.js"
 import { networkInfo } from "./Networks.js"

@@ -11,6 +11,7 @@
  * A row that does not match is a programming error, not a caller's: `orDieRows` turns the parse
  * error (and the SQL error) into a defect whose message names the statement.
  */
+import { SqlSchema } from "@effect/sql"
 import { Effect, Option, ParseResult, Schema } from "effect"
 
 /** A point in time: a Date, or the ISO/PostgreSQL text of one. Decodes to a Date. */
@@ -62,3 +63,44 @@ export const decodeFirst = <A, I>(schema: Schema.Schema<A, I>, what: string) => 
   rows.length === 0
     ? Effect.succeed(Option.none<A>())
     : Schema.decodeUnknown(schema)(rows[0]).pipe(Effect.map(Option.some), orDieRows(what))
+
+/** Dies, naming the query, when a row does not decode; other failures (SqlError) stay typed for the caller. */
+export const rowsOrDieOnParse = (query: string) =>
+<A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, Exclude<E, ParseResult.ParseError>, R> =>
+  Effect.catchIf(
+    self,
+    (e): e is Extract<E, ParseResult.ParseError> => (e as { _tag?: unknown })._tag === "ParseError",
+    (e) => Effect.dieMessage(`${query}: a row does not match its schema: ${(e as ParseResult.ParseError).message}`)
+  ) as Effect.Effect<A, Exclude<E, ParseResult.ParseError>, R>
+
+/** Dies, naming the query, when a row does not decode; SQL errors die as they did before decoding. */
+export const rowsOrDie = (query: string) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, never, R> =>
+  Effect.orDie(rowsOrDieOnParse(query)(self))
+
+/**
+ * Every row of a statement decoded with `Result` (`SqlSchema.findAll`); a row that does not decode
+ * dies naming `query`, while the statement's own failures (SqlError) stay for the caller to handle.
+ */
+export const allRows = <A, I, RS>(Result: Schema.Schema<A, I, RS>, query: string) =>
+<E, R>(statement: Effect.Effect<ReadonlyArray<unknown>, E, R>): Effect.Effect<ReadonlyArray<A>, E, R | RS> =>
+  SqlSchema.findAll({ Request: Schema.Void, Result, execute: () => statement })(undefined).pipe(
+    rowsOrDieOnParse(query)
+  ) as Effect.Effect<ReadonlyArray<A>, E, R | RS>
+
+/** The first row of a statement, if any, decoded with `Result` (`SqlSchema.findOne`); as `allRows` for failures. */
+export const firstRow = <A, I, RS>(Result: Schema.Schema<A, I, RS>, query: string) =>
+<E, R>(statement: Effect.Effect<ReadonlyArray<unknown>, E, R>): Effect.Effect<Option.Option<A>, E, R | RS> =>
+  SqlSchema.findOne({ Request: Schema.Void, Result, execute: () => statement })(undefined).pipe(
+    rowsOrDieOnParse(query)
+  ) as Effect.Effect<Option.Option<A>, E, R | RS>
+
+/** A page's rows (platform/Listing.ts selects `*`) decoded with `Result`. */
+export const pageRows = <A, I>(Result: Schema.Schema<A, I>, query: string) => {
+  const decode = Schema.decodeUnknown(Schema.Array(Result))
+  return <E, R>(page: Effect.Effect<{ readonly rows: ReadonlyArray<unknown>; readonly total: number }, E, R>) =>
+    Effect.flatMap(page, ({ rows, total }) =>
+      decode(rows).pipe(
+        Effect.map((decoded) => ({ rows: decoded, total })),
+        rowsOrDieOnParse(query)
+      ))
+}

@@ -4,7 +4,7 @@ import { Effect, Option, Schema } from "effect"
 import { Conflict, NotFound } from "../contract/Errors.js"
 import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
-import { allRows, Count, firstRow, JsonColumn, pageRows, TextArray, Timestamp } from "../platform/RowFields.js"
+import { allRows, Count, firstRow, Json, pageRows, TextArray, Timestamp } from "../platform/Rows.js"
 import { sqlState } from "../platform/SqlErrors.js"
 import { type Entry, type EntryStatus, PublishPolicy, type Registry } from "./Api.js"
 import { requireSendable } from "./Senders.js"
@@ -30,7 +30,7 @@ export const EntryRow = Schema.Struct({
   description: Schema.NullOr(Schema.String),
   /** jsonb columns. */
   capabilities: TextArray,
-  metadata: Schema.Record({ key: Schema.String, value: JsonColumn }),
+  metadata: Schema.Record({ key: Schema.String, value: Json }),
   status: Schema.Literal("pending", "published"),
   created_at: Timestamp,
   updated_at: Timestamp

@@ -75,7 +75,7 @@ export type EmailSummary = typeof EmailSummary.Type
  * Header name → value, passed through as it is. Effect's `Schema.Record` rebuilds the object by
  * assignment, which drops a header named `__proto__`; every header a message carried is kept.
  */
-const HeaderMap = Schema.declare(
+export const HeaderMap = Schema.declare(
   (u: unknown): u is { readonly [name: string]: string } =>
     typeof u === "object" && u !== null && !Array.isArray(u) && Object.values(u).every((v) => typeof v === "string"),
   {

@@ -1,58 +1,93 @@
-/** SQL of the Emails area. */
+/**
+ * SQL of the Emails area. Rows are decoded (one schema per row shape, the types derived from it), so
+ * a renamed or retyped column dies naming the statement instead of reaching the API.
+ */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
-import type { ParsedAttachment } from "../mail/Parse.js"
+import { Effect, Option, Schema } from "effect"
 import { type OrgScope, orgOf, scoped } from "../platform/InboxLimit.js"
+import { decodeFirst, decodeRows, Enum, JsonColumn, NullableTimestamp, Timestamp } from "../platform/Rows.js"
 import { deletionEndsWatches } from "../wake/Repo.js"
-import { WAKE_EVENT_TYPE } from "./Api.js"
-import type { Trust } from "../mail/Trust.js"
+import { AuthSummary, HeaderMap, WAKE_EVENT_TYPE } from "./Api.js"
+import { TrustSchema } from "../mail/Trust.js"
 
-export interface EmailRow {
-  id: string
-  org_id: string
-  thread_id: string
-  domain_id: string | null
-  inbox_id: string | null
-  recipient: string
-  envelope_from: string | null
-  from_address: string | null
-  from_name: string | null
-  to_addresses: Array<string>
-  cc_addresses: Array<string>
-  subject: string | null
-  message_id: string | null
-  in_reply_to: string | null
-  references: Array<string>
-  sent_at: Date | null
-  headers: Record<string, string>
-  attachments: Array<ParsedAttachment>
-  size_bytes: number
-  spam_score: string | null
-  auth: { spf: string; dkim: string; dmarc: string }
-  auto_submitted: boolean
-  event_type: string
-  status: "accepted" | "rejected" | "quarantined"
-  trust: Trust | null
-  rejection_reason: string | null
-  content_discarded_at: Date | null
-  labels: Array<string>
-  read: boolean
-  received_at: Date
-}
+/** An attachment as stored (`ParsedAttachment` of src/mail/Parse.ts). */
+const StoredAttachment = Schema.Struct({
+  filename: Schema.NullOr(Schema.String),
+  content_type: Schema.String,
+  size_bytes: Schema.Number,
+  content_id: Schema.NullOr(Schema.String),
+  disposition: Schema.NullOr(Schema.String),
+  kind: Schema.optional(Schema.NullOr(Schema.String))
+})
 
-/** An email with its content columns (`GET /emails/{id}`). */
-export type EmailWithContent = EmailRow & {
-  text_body: string | null
-  html_body: string | null
-  extracted_text: string | null
+const Addresses = JsonColumn(Schema.Array(Schema.String))
+
+/** The columns a summary shows (`SUMMARY_COLUMNS`). */
+const summaryFields = {
+  id: Schema.String,
+  thread_id: Schema.String,
+  domain_id: Schema.NullOr(Schema.String),
+  inbox_id: Schema.NullOr(Schema.String),
+  recipient: Schema.String,
+  envelope_from: Schema.NullOr(Schema.String),
+  from_address: Schema.NullOr(Schema.String),
+  from_name: Schema.NullOr(Schema.String),
+  to_addresses: Addresses,
+  cc_addresses: Addresses,
+  subject: Schema.NullOr(Schema.String),
+  message_id: Schema.NullOr(Schema.String),
+  sent_at: NullableTimestamp,
+  attachments: JsonColumn(Schema.Array(StoredAttachment)),
+  size_bytes: Schema.Number,
+  // `numeric`: the driver's text, turned into a number by the presenter.
+  spam_score: Schema.NullOr(Schema.String),
+  auth: JsonColumn(AuthSummary),
+  auto_submitted: Schema.Boolean,
+  event_type: Schema.String,
+  status: Enum("accepted", "rejected", "quarantined"),
+  trust: Schema.NullOr(JsonColumn(TrustSchema)),
+  rejection_reason: Schema.NullOr(Schema.String),
+  content_discarded_at: NullableTimestamp,
+  labels: JsonColumn(Schema.Array(Schema.String)),
+  read: Schema.Boolean,
+  received_at: Timestamp
 }
 
 /** What a list shows of an email (`toSummary`): no headers, references or bodies. */
-export type SummaryRow = Omit<EmailRow, "headers" | "references" | "in_reply_to" | "org_id">
+export const SummaryRow = Schema.Struct(summaryFields)
+export type SummaryRow = typeof SummaryRow.Type
+
+/** A stored email's row (`SELECT e.*`; columns not named here are dropped). */
+export const EmailRow = Schema.Struct({
+  ...summaryFields,
+  org_id: Schema.String,
+  in_reply_to: Schema.NullOr(Schema.String),
+  references: Addresses,
+  headers: JsonColumn(HeaderMap)
+})
+export type EmailRow = typeof EmailRow.Type
+
+/** An email with its content columns (`GET /emails/{id}`). */
+export const EmailWithContent = Schema.Struct({
+  ...EmailRow.fields,
+  text_body: Schema.NullOr(Schema.String),
+  html_body: Schema.NullOr(Schema.String),
+  extracted_text: Schema.NullOr(Schema.String)
+})
+export type EmailWithContent = typeof EmailWithContent.Type
 
 const SUMMARY_COLUMNS = `id, thread_id, domain_id, inbox_id, recipient, envelope_from, from_address, from_name, to_addresses, cc_addresses,
   subject, message_id, sent_at, attachments, size_bytes, spam_score, auth, trust, auto_submitted, event_type, status, rejection_reason,
   content_discarded_at, labels, read, received_at`
+
+const PageTotal = Schema.Struct({ page_total: Schema.Number })
+
+const RawRow = Schema.Struct({
+  org_id: Schema.String,
+  inbox_id: Schema.NullOr(Schema.String),
+  raw: Schema.NullOr(Schema.Uint8ArrayFromSelf),
+  discarded: Schema.Boolean
+})
 
 export interface EmailListQuery {
   readonly limit: number
@@ -99,26 +134,27 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
         // One round trip and one snapshot for the page and its total (the total's row comes back
         // alone when the page is empty), and only the columns a summary shows: headers can be tens
         // of KB per email, and parsing them for a list that never shows them cost more than the page.
-        const rows = yield* sql<SummaryRow & { readonly page_total: number }>`
+        const rows = yield* sql`
           WITH page AS (
             SELECT ${sql.literal(SUMMARY_COLUMNS)} FROM emails WHERE ${sql.and(page)}
             ORDER BY received_at DESC, id DESC LIMIT ${q.limit + 1})
           SELECT t.page_total, page.* FROM (SELECT count(*)::int AS page_total FROM emails WHERE ${sql.and(conds)}) t
             LEFT JOIN page ON true
           ORDER BY page.received_at DESC, page.id DESC`
-        const listed = rows.filter((r) => r.id !== null)
-        return { rows: listed.slice(0, q.limit), more: listed.length > q.limit, total: rows[0]?.page_total ?? 0 }
+        const listed = yield* decodeRows(SummaryRow, "email list")(rows.filter((r) => r.id !== null))
+        const total = yield* decodeRows(PageTotal, "email list total")(rows.slice(0, 1))
+        return { rows: listed.slice(0, q.limit), more: listed.length > q.limit, total: total[0]?.page_total ?? 0 }
       }).pipe(Effect.orDie)
 
     const find = (scope: OrgScope, id: string) =>
-      sql<EmailWithContent>`
+      sql`
         SELECT e.*, c.text_body, c.html_body, c.extracted_text FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
-        WHERE e.id = ${id} AND ${scoped(sql, scope, "e")}`.pipe(Effect.map((r) => Option.fromNullable(r[0])), Effect.orDie)
+        WHERE e.id = ${id} AND ${scoped(sql, scope, "e")}`.pipe(Effect.orDie, Effect.flatMap(decodeFirst(EmailWithContent, "email find")))
 
     /** Sets the labels (sorted, without duplicates) and/or the read state; none when the email is not the organization's. */
     const update = (scope: OrgScope, id: string, change: { readonly labels?: ReadonlyArray<string>; readonly read?: boolean }) => {
       const labels = change.labels === undefined ? null : JSON.stringify([...new Set(change.labels)].sort())
-      return sql<{ id: string }>`
+      return sql`
         UPDATE emails SET labels = coalesce(${labels}::jsonb, labels), read = coalesce(${change.read ?? null}::boolean, read)
         WHERE id = ${id} AND ${scoped(sql, scope)} RETURNING id`.pipe(
         Effect.flatMap((rows) => (rows.length === 0 ? Effect.succeedNone : find(scope, id))),
@@ -129,19 +165,20 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
     /** Deletes the email; when it was its thread's last message, the thread's watches end with it. */
     const remove = (scope: OrgScope, id: string) =>
       Effect.gen(function*() {
-        const rows = yield* sql<EmailRow>`DELETE FROM emails WHERE id = ${id} AND ${scoped(sql, scope)} RETURNING *`
-        const row = rows[0]
-        if (row !== undefined) yield* deletionEndsWatches(sql, orgOf(scope), row.thread_id)
-        return Option.fromNullable(row)
+        const row = yield* sql`DELETE FROM emails WHERE id = ${id} AND ${scoped(sql, scope)} RETURNING *`.pipe(
+          Effect.flatMap(decodeFirst(EmailRow, "email delete"))
+        )
+        if (Option.isSome(row)) yield* deletionEndsWatches(sql, orgOf(scope), row.value.thread_id)
+        return row
       }).pipe(sql.withTransaction, Effect.orDie)
 
     /** The raw bytes and owner of an email (owner checked by the caller: token or bearer). */
     const raw = (id: string) =>
-      sql<{ org_id: string; inbox_id: string | null; raw: Uint8Array | null; discarded: boolean }>`
+      sql`
         SELECT e.org_id, e.inbox_id, c.raw, e.content_discarded_at IS NOT NULL AS discarded
         FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id WHERE e.id = ${id}`.pipe(
-        Effect.map((r) => Option.fromNullable(r[0])),
-        Effect.orDie
+        Effect.orDie,
+        Effect.flatMap(decodeFirst(RawRow, "email raw"))
       )
 
     return { list, find, update, remove, raw } as const

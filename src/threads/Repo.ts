@@ -1,37 +1,45 @@
-/** SQL of Threads: threads are aggregated from the messages that carry their id. */
+/**
+ * SQL of Threads: threads are aggregated from the messages that carry their id. Rows are decoded,
+ * so a renamed or retyped column dies naming the statement.
+ */
 import { SqlClient, type Statement } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { WAKE_EVENT_TYPE } from "../emails/Api.js"
 import { type OrgScope, scoped } from "../platform/InboxLimit.js"
+import { decodeRows, Enum, JsonColumn, Timestamp } from "../platform/Rows.js"
 
-export interface ThreadRow {
-  readonly id: string
-  readonly message_count: number
-  readonly received_count: number
-  readonly sent_count: number
-  readonly first_message_at: Date
-  readonly last_message_at: Date
-}
+export const ThreadRow = Schema.Struct({
+  id: Schema.String,
+  message_count: Schema.Number,
+  received_count: Schema.Number,
+  sent_count: Schema.Number,
+  first_message_at: Timestamp,
+  last_message_at: Timestamp
+})
+export type ThreadRow = typeof ThreadRow.Type
 
-export interface MessageRow {
-  readonly thread_id: string
-  readonly direction: "received" | "sent"
-  readonly id: string
-  readonly at: Date
-  readonly from_address: string | null
-  readonly to_addresses: ReadonlyArray<string>
-  readonly cc_addresses: ReadonlyArray<string>
-  readonly subject: string | null
-  readonly message_id: string | null
+const PageTotal = Schema.Struct({ page_total: Schema.Number })
+
+export const MessageRow = Schema.Struct({
+  thread_id: Schema.String,
+  direction: Enum("received", "sent"),
+  id: Schema.String,
+  at: Timestamp,
+  from_address: Schema.NullOr(Schema.String),
+  to_addresses: JsonColumn(Schema.Array(Schema.String)),
+  cc_addresses: JsonColumn(Schema.Array(Schema.String)),
+  subject: Schema.NullOr(Schema.String),
+  message_id: Schema.NullOr(Schema.String),
   /** The inbox it reached or was sent from (null for a domain address). */
-  readonly inbox_id?: string | null
+  inbox_id: Schema.optional(Schema.NullOr(Schema.String)),
   /** The start of the text body (null when there is none, or its content was discarded). */
-  readonly body: string | null
+  body: Schema.NullOr(Schema.String),
   /** Received mail's labels and read state (sent mail: none, and read). */
-  readonly labels: ReadonlyArray<string>
-  readonly read: boolean
-}
+  labels: JsonColumn(Schema.Array(Schema.String)),
+  read: Schema.Boolean
+})
+export type MessageRow = typeof MessageRow.Type
 
 export interface ThreadListQuery {
   readonly limit: number
@@ -100,7 +108,7 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
         const page = q.after === undefined
           ? conds
           : [...conds, sql`(last_message_at, id) < (${q.after.createdAt}, ${q.after.id}::uuid)`]
-        const rows = yield* sql<ThreadRow & { readonly page_total: number }>`
+        const rows = yield* sql`
           WITH m AS (${source}),
           t AS (
             SELECT thread_id AS id, count(*)::int AS message_count,
@@ -112,8 +120,9 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
           p AS (SELECT * FROM f WHERE ${sql.and(page)} ORDER BY last_message_at DESC, id DESC LIMIT ${q.limit + 1})
           SELECT n.page_total, p.* FROM (SELECT count(*)::int AS page_total FROM f) n LEFT JOIN p ON true
           ORDER BY p.last_message_at DESC, p.id DESC`
-        const listed = rows.filter((r) => r.id !== null)
-        return { rows: listed, total: rows[0]?.page_total ?? 0 }
+        const listed = yield* decodeRows(ThreadRow, "thread list")(rows.filter((r) => r.id !== null))
+        const total = yield* decodeRows(PageTotal, "thread list total")(rows.slice(0, 1))
+        return { rows: listed, total: total[0]?.page_total ?? 0 }
       }).pipe(Effect.orDie)
 
     const list = (scope: OrgScope, q: ThreadListQuery) => listOver(messages(scope, false, q.includeWake === true), q)
@@ -130,9 +139,9 @@ export class ThreadsRepo extends Effect.Service<ThreadsRepo>()("mailroom/Threads
     const messagesOf = (scope: OrgScope, threadIds: ReadonlyArray<string>, includeWake = true) =>
       threadIds.length === 0
         ? Effect.succeed<ReadonlyArray<MessageRow>>([])
-        : sql<MessageRow>`
+        : sql`
             SELECT * FROM (${messages(scope, true, includeWake)}) m WHERE m.thread_id IN ${sql.in(threadIds)}
-            ORDER BY m.at, m.id`.pipe(Effect.orDie)
+            ORDER BY m.at, m.id`.pipe(Effect.orDie, Effect.flatMap(decodeRows(MessageRow, "thread messages")))
 
     return { list, listOver, inlineMessages, messagesOf, messages } as const
   })

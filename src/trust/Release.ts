@@ -4,9 +4,9 @@
  * transaction with the status change, so a release delivers exactly once.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Layer, Option, Schedule } from "effect"
+import { Effect, Layer, Option, Schedule, Schema } from "effect"
 import { Conflict, NotFound } from "../contract/Errors.js"
-import type { EmailRow } from "../emails/Repo.js"
+import { EmailRow } from "../emails/Repo.js"
 import { parseEmail } from "../mail/Parse.js"
 import { type Recipient, Recipients } from "../inbound/Recipients.js"
 import type { EventType } from "../inbound/Classify.js"
@@ -14,6 +14,15 @@ import { EmailStoredHooks, type InboundMessage, type StoredEmail } from "../inbo
 import { UNKNOWN_TRUST } from "../mail/Trust.js"
 import { AppConfig } from "../platform/Config.js"
 import { documentRow } from "../mail/SearchDocument.js"
+import { decodeFirst } from "../platform/Rows.js"
+
+/** The stored email being released, with what the inbound work needs again. */
+const ReleasedRow = Schema.Struct({
+  ...EmailRow.fields,
+  raw: Schema.NullOr(Schema.Uint8ArrayFromSelf),
+  client_address: Schema.NullOr(Schema.String),
+  helo: Schema.NullOr(Schema.String)
+})
 
 export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mailroom/QuarantineRelease", {
   effect: Effect.gen(function*() {
@@ -24,11 +33,11 @@ export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mail
 
     const release = (orgId: string, id: string) =>
       Effect.gen(function*() {
-        const rows = yield* sql<EmailRow & { raw: Uint8Array | null; client_address: string | null; helo: string | null }>`
+        const stored = yield* sql`
           SELECT e.*, c.raw FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
-           WHERE e.id = ${id} AND e.org_id = ${orgId}`
-        const row = rows[0]
-        if (row === undefined) return yield* new NotFound({ message: "email not found" })
+           WHERE e.id = ${id} AND e.org_id = ${orgId}`.pipe(Effect.flatMap(decodeFirst(ReleasedRow, "quarantine release")))
+        if (Option.isNone(stored)) return yield* new NotFound({ message: "email not found" })
+        const row = stored.value
         if (row.status !== "quarantined") {
           return yield* new Conflict({ message: `email ${id} is ${row.status}, not quarantined: only quarantined mail can be released` })
         }

@@ -7,7 +7,8 @@
  * running transaction, so a reader never passes a position a late commit could still fill.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Layer, Schedule } from "effect"
+import { Effect, Layer, Schedule, Schema } from "effect"
+import { rowsOrDie } from "../platform/Rows.js"
 import { EVENT_LOG_RETENTION_HOURS } from "./Api.js"
 
 /** Rows read per step of a stream. */
@@ -36,6 +37,16 @@ export interface NewLogEntry {
 
 const MAX_SEQ = "9223372036854775807"
 
+/** Positions are read as text: `xid8` and `bigint` exceed a JavaScript number. */
+const PositionRow = Schema.Struct({ xid: Schema.String, seq: Schema.String })
+
+const EventRow = Schema.Struct({
+  ...PositionRow.fields,
+  event_id: Schema.String,
+  event_type: Schema.String,
+  payload: Schema.NullOr(Schema.String)
+})
+
 export class EventLog extends Effect.Service<EventLog>()("mailroom/EventLog", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -47,22 +58,24 @@ export class EventLog extends Effect.Service<EventLog>()("mailroom/EventLog", {
           ON CONFLICT (org_id, event_id) DO NOTHING`
 
     /** Everything already committed is behind this position: a new reader starts here. */
-    const head = sql<{ xmin: string }>`SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin`.pipe(
-      Effect.map((rows): Position => ({ xid: String(BigInt(rows[0]!.xmin) - 1n), seq: MAX_SEQ })),
-      Effect.orDie
+    const head = sql`SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin`.pipe(
+      Effect.flatMap(Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ xmin: Schema.String })))),
+      Effect.map(([row]): Position => ({ xid: String(BigInt(row.xmin) - 1n), seq: MAX_SEQ })),
+      rowsOrDie("event log head")
     )
 
     /** The position of one of the organization's events (a `Last-Event-ID`), if it is still kept. */
     const positionOf = (orgId: string, eventId: string) =>
-      sql<{ xid: string; seq: string }>`
+      sql`
         SELECT xid::text, seq::text FROM org_events WHERE org_id = ${orgId} AND event_id = ${eventId}`.pipe(
-        Effect.map((rows) => (rows[0] === undefined ? undefined : ({ xid: rows[0].xid, seq: rows[0].seq } as Position))),
-        Effect.orDie
+        Effect.flatMap(Schema.decodeUnknown(Schema.Array(PositionRow))),
+        Effect.map((rows): Position | undefined => (rows[0] === undefined ? undefined : { xid: rows[0].xid, seq: rows[0].seq })),
+        rowsOrDie("event log position")
       )
 
     /** The next events after `after`, oldest first, of the given types (all when empty). */
     const after = (orgId: string, after: Position, types: ReadonlyArray<string>) =>
-      sql<{ xid: string; seq: string; event_id: string; event_type: string; payload: string | null }>`
+      sql`
         SELECT e.xid::text, e.seq::text, e.event_id, e.event_type, coalesce(e.payload, d.payload) AS payload
         FROM org_events e LEFT JOIN deliveries d ON d.id = e.delivery_id
         WHERE e.org_id = ${orgId}
@@ -71,6 +84,7 @@ export class EventLog extends Effect.Service<EventLog>()("mailroom/EventLog", {
           ${types.length > 0 ? sql`AND e.event_type IN ${sql.in(types)}` : sql``}
         ORDER BY e.xid, e.seq
         LIMIT ${PAGE}`.pipe(
+        Effect.flatMap(Schema.decodeUnknown(Schema.Array(EventRow))),
         Effect.map((rows) =>
           rows.map((r): LoggedEvent => ({
             position: { xid: r.xid, seq: r.seq },
@@ -79,7 +93,7 @@ export class EventLog extends Effect.Service<EventLog>()("mailroom/EventLog", {
             payload: r.payload
           }))
         ),
-        Effect.orDie
+        rowsOrDie("event log read")
       )
 
     const prune = sql`

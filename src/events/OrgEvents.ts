@@ -16,6 +16,7 @@ import { Effect, Either, Schema } from "effect"
 import { schemaOf } from "../webhooks/Events.js"
 import { newEventId } from "../webhooks/Payload.js"
 import { EventLog } from "./Log.js"
+import { allRows } from "../platform/Rows.js"
 import { DeliveryQueue } from "../deliveries/Queue.js"
 
 export interface OrgEvent {
@@ -39,6 +40,8 @@ const encoded = (body: { readonly event: string } & Record<string, unknown>) => 
   })
 }
 
+const SubscribedEndpoint = Schema.Struct({ id: Schema.String })
+
 export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -52,14 +55,14 @@ export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents",
      */
     const emit = (event: OrgEvent) =>
       Effect.gen(function*() {
-        const endpoints = yield* sql<{ id: string }>`
+        const endpoints = yield* sql`
           SELECT id FROM endpoints
           WHERE org_id = ${event.orgId} AND deactivated_at IS NULL AND enabled
             AND (
               (jsonb_typeof(rules -> 'event_types') = 'array' AND rules -> 'event_types' ? ${event.eventType})
               OR (NOT (rules ? 'event_types') AND domain_id IS NULL AND NOT is_route_target)
             )
-          ORDER BY created_at, id`
+          ORDER BY created_at, id`.pipe(allRows(SubscribedEndpoint, "subscribed endpoints"))
         const eventId = newEventId()
         const payload = JSON.stringify(yield* encoded({ id: eventId, event: event.eventType, created_at: event.createdAt.toISOString(), ...event.data }))
         // Without a subscribed endpoint the event still reaches the organization's event log.

@@ -6,10 +6,11 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import type { Principal } from "../contract/Security.js"
-import type { EmailRow } from "../emails/Repo.js"
+import { EmailWithContent } from "../emails/Repo.js"
 import { scoped } from "../platform/InboxLimit.js"
+import { decodeRows } from "../platform/Rows.js"
 
-export type WaitedEmail = EmailRow & { text_body: string | null; html_body: string | null; extracted_text: string | null }
+export type WaitedEmail = EmailWithContent
 
 export interface EmailWaitFilter {
   readonly after: Date
@@ -39,9 +40,12 @@ export class EmailWaits extends Effect.Service<EmailWaits>()("mailroom/EmailWait
       }
       if (f.subjectContains !== undefined) conds.push(sql`e.subject ILIKE ${`%${escapeLike(f.subjectContains)}%`}`)
       if (f.recipient !== undefined) conds.push(sql`lower(e.recipient) = ${f.recipient.toLowerCase()}`)
-      return sql<WaitedEmail>`
+      return sql`
         SELECT e.*, c.text_body, c.html_body, c.extracted_text FROM emails e LEFT JOIN email_contents c ON c.email_id = e.id
-        WHERE ${sql.and(conds)} ORDER BY e.received_at, e.id LIMIT 1`.pipe(Effect.orDie)
+        WHERE ${sql.and(conds)} ORDER BY e.received_at, e.id LIMIT 1`.pipe(
+        Effect.orDie,
+        Effect.flatMap(decodeRows(EmailWithContent, "email wait"))
+      )
     }
 
     return { firstMatch } as const

@@ -1,20 +1,27 @@
-/** SQL of outbound outcomes: the suppression list and the bounce or complaint recorded on a sent email. */
+/**
+ * SQL of outbound outcomes: the suppression list and the bounce or complaint recorded on a sent
+ * email. Suppression rows are decoded; sent-email rows are the sending area's (its `SentRow`).
+ */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
+import { decodeFirst, Enum, orDieRows, pageRows, Timestamp } from "../platform/Rows.js"
 import type { SentRow } from "../sending/Repo.js"
 
-export interface SuppressionRow {
-  readonly id: string
-  readonly org_id: string
-  readonly address: string
-  readonly reason: "hard_bounce" | "complaint"
-  readonly sent_email_id: string | null
-  readonly status: string | null
-  readonly diagnostic: string | null
-  readonly created_at: Date
-}
+export const SuppressionRow = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  address: Schema.String,
+  reason: Enum("hard_bounce", "complaint"),
+  sent_email_id: Schema.NullOr(Schema.String),
+  status: Schema.NullOr(Schema.String),
+  diagnostic: Schema.NullOr(Schema.String),
+  created_at: Timestamp
+})
+export type SuppressionRow = typeof SuppressionRow.Type
+
+const Address = Schema.Struct({ address: Schema.String })
 
 export interface BounceRecord {
   readonly type: "hard" | "soft" | "complaint"
@@ -30,19 +37,23 @@ export class SuppressionsRepo extends Effect.Service<SuppressionsRepo>()("mailro
 
     /** Which of `addresses` (lower case) the organization suppresses. */
     const suppressedAmong = (orgId: string, addresses: ReadonlyArray<string>) =>
-      addresses.length === 0 ? Effect.succeed(new Set<string>()) : sql<{ address: string }>`
+      addresses.length === 0 ? Effect.succeed(new Set<string>()) : sql`
         SELECT address FROM suppressions WHERE org_id = ${orgId} AND address IN ${sql.in([...new Set(addresses)])}`.pipe(
+        Effect.flatMap((rows) => Schema.decodeUnknown(Schema.Array(Address))(rows)),
         Effect.map((rows) => new Set(rows.map((r) => r.address))),
-        Effect.orDie
+        orDieRows("suppressed addresses")
       )
 
     const list = (orgId: string, limit: number, after: Position | undefined) =>
-      pageWithTotal<SuppressionRow>(sql, "suppressions", sql`org_id = ${orgId}`, limit, after).pipe(Effect.orDie)
+      pageWithTotal(sql, "suppressions", sql`org_id = ${orgId}`, limit, after).pipe(
+        pageRows(SuppressionRow, "suppression page"),
+        Effect.orDie
+      )
 
     const remove = (orgId: string, address: string) =>
-      sql<SuppressionRow>`DELETE FROM suppressions WHERE org_id = ${orgId} AND address = ${address} RETURNING *`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
-        Effect.orDie
+      sql`DELETE FROM suppressions WHERE org_id = ${orgId} AND address = ${address} RETURNING *`.pipe(
+        Effect.orDie,
+        Effect.flatMap(decodeFirst(SuppressionRow, "suppression remove"))
       )
 
     /** Adds the address (kept as first suppressed when it is there already). */

@@ -13,9 +13,10 @@
  * 25 times later than with indexing off.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect, Layer, Option } from "effect"
+import { Clock, Duration, Effect, Layer, Option, Schema } from "effect"
 import { performance } from "node:perf_hooks"
 import { runJobs } from "../platform/JobRunner.js"
+import { allRows } from "../platform/Rows.js"
 import { backoff, retryAt } from "../platform/RetryPolicy.js"
 import { embeddingText } from "../mail/SearchDocument.js"
 import { Embedder } from "./Embedder.js"
@@ -37,6 +38,15 @@ export interface BacklogOptions {
 const LEASE = "60 seconds"
 
 
+/** A claimed document: what its embedding is computed from. */
+const Doc = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  subject: Schema.NullOr(Schema.String),
+  body: Schema.NullOr(Schema.String),
+  embed_attempts: Schema.Number
+})
+
 export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
   Layer.scopedDiscard(Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -55,15 +65,15 @@ export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
       Effect.catchAllCause((cause) => Effect.logWarning("embedding backlog: could not requeue vectors of another model", cause))
     )
 
-    const claim = sql<{ id: string; org_id: string; subject: string | null; body: string | null; embed_attempts: number }>`
+    const claim = sql`
       UPDATE search_documents d SET embed_lease_until = now() + ${LEASE}::interval, embed_attempts = d.embed_attempts + 1
        WHERE d.id IN (
          SELECT id FROM search_documents
           WHERE embedded_at IS NULL AND embed_next_at <= now() AND (embed_lease_until IS NULL OR embed_lease_until < now())
           ORDER BY embed_next_at LIMIT ${batch} FOR UPDATE SKIP LOCKED)
-      RETURNING d.id, d.org_id, d.subject, left(d.body, 2000) AS body, d.embed_attempts`
+      RETURNING d.id, d.org_id, d.subject, left(d.body, 2000) AS body, d.embed_attempts`.pipe(allRows(Doc, "embedding claim"))
 
-    type Doc = (typeof claim extends Effect.Effect<ReadonlyArray<infer D>, any, any> ? D : never)
+    type Doc = typeof Doc.Type
 
     const embedBatch = (docs: ReadonlyArray<Doc>) =>
       Effect.gen(function*() {

@@ -1,9 +1,12 @@
 /**
  * SQL of Search: the lexical leg, the documents a filter allows, and hits read back for display. The
  * lexical ranking (`lexicalOver`) also ranks documents given inline (`inlineDocuments`, the demo's).
+ * Rows are decoded, so a renamed or retyped column dies naming the statement; SQL errors (a
+ * statement timeout) stay for the caller.
  */
 import { SqlClient, type Statement } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
+import { allRows, Enum, JsonColumn, Timestamp } from "../platform/Rows.js"
 import type { SearchScope } from "./Api.js"
 import { parseQuery } from "./Query.js"
 
@@ -24,17 +27,23 @@ export interface Ranked {
   readonly score: number
 }
 
-export interface HitRow {
-  readonly id: string
-  readonly kind: "received" | "sent"
-  readonly thread_id: string | null
-  readonly inbox_id: string | null
-  readonly subject: string | null
-  readonly from_address: string | null
-  readonly to_addresses: ReadonlyArray<string>
-  readonly at: Date
-  readonly body: string | null
-}
+/** A lexical hit: `Ranked` with the time it ranks ties by. */
+const RankedRow = Schema.Struct({ id: Schema.String, at: Timestamp, score: Schema.Number })
+
+export const HitRow = Schema.Struct({
+  id: Schema.String,
+  kind: Enum("received", "sent"),
+  thread_id: Schema.NullOr(Schema.String),
+  inbox_id: Schema.NullOr(Schema.String),
+  subject: Schema.NullOr(Schema.String),
+  from_address: Schema.NullOr(Schema.String),
+  to_addresses: JsonColumn(Schema.Array(Schema.String)),
+  at: Timestamp,
+  body: Schema.NullOr(Schema.String)
+})
+export type HitRow = typeof HitRow.Type
+
+const IdRow = Schema.Struct({ id: Schema.String })
 
 /** word_similarity above which a subject or sender word counts as a misspelling of the query (0.6 missed `invoce`). */
 const TRIGRAM_THRESHOLD = 0.5
@@ -66,7 +75,7 @@ export const lexicalOver = (
     const trigram = parsed.positive.length >= 3
     yield* sql`SELECT set_config('statement_timeout', ${String(Math.max(1, Math.ceil(timeoutMs)))}, true),
                       set_config('pg_trgm.word_similarity_threshold', ${String(TRIGRAM_THRESHOLD)}, true)`
-    return yield* sql<Ranked & { readonly at: Date }>`
+    return yield* sql`
       WITH fts AS (
         SELECT d.id, d.at, ts_rank_cd(d.tsv, query, 32) AS score
           FROM ${source} d, websearch_to_tsquery('english', ${q}) query
@@ -80,7 +89,7 @@ export const lexicalOver = (
            AND d.id NOT IN (SELECT id FROM fts)
          ORDER BY score DESC, d.at DESC, d.id DESC LIMIT ${k})
       SELECT id, at, score::float8 AS score FROM (SELECT * FROM fts UNION ALL SELECT * FROM trg) hits
-       ORDER BY score DESC, at DESC, id DESC LIMIT ${k}`
+       ORDER BY score DESC, at DESC, id DESC LIMIT ${k}`.pipe(allRows(RankedRow, "lexical search"))
   }).pipe(sql.withTransaction)
 
 /** A document held in memory (the demo's), with the columns `search_documents` is written with. */
@@ -141,21 +150,26 @@ export class SearchRepo extends Effect.Service<SearchRepo>()("mailroom/SearchRep
 
     /** Every document of the organization a filter allows (the semantic leg ranks only those). */
     const allowed = (orgId: string, f: SearchFilters) =>
-      Effect.map(sql<{ id: string }>`SELECT d.id FROM search_documents d WHERE ${filtersOf(orgId, f)}`, (rows) => new Set(rows.map((r) => r.id)))
+      Effect.map(
+        sql`SELECT d.id FROM search_documents d WHERE ${filtersOf(orgId, f)}`.pipe(allRows(IdRow, "search allowed")),
+        (rows) => new Set(rows.map((r) => r.id))
+      )
 
     /** The hits to show, in any order; ids no longer there (deleted) are simply absent. */
     const hydrate = (orgId: string, ids: ReadonlyArray<string>) =>
-      ids.length === 0 ? Effect.succeed<ReadonlyArray<HitRow>>([]) : sql<HitRow>`
+      ids.length === 0 ? Effect.succeed<ReadonlyArray<HitRow>>([]) : sql`
         SELECT d.id, d.kind, coalesce(e.thread_id, s.thread_id) AS thread_id,
                coalesce(e.inbox_id, s.inbox_id) AS inbox_id, d.subject, d.from_address,
                coalesce(e.to_addresses, s.to_addresses, '[]'::jsonb) AS to_addresses, d.at, left(d.body, 1000) AS body
           FROM search_documents d LEFT JOIN emails e ON e.id = d.email_id LEFT JOIN sent_emails s ON s.id = d.sent_email_id
-         WHERE d.org_id = ${orgId} AND d.id IN ${sql.in(ids)}`
+         WHERE d.org_id = ${orgId} AND d.id IN ${sql.in(ids)}`.pipe(allRows(HitRow, "search hits"))
 
     /** Which of these documents still have a vector of this model. */
     const embedded = (orgId: string, model: string, ids: ReadonlyArray<string>) =>
       ids.length === 0 ? Effect.succeed(new Set<string>()) : Effect.map(
-        sql<{ id: string }>`SELECT id FROM search_embeddings WHERE org_id = ${orgId} AND model = ${model} AND id IN ${sql.in(ids)}`,
+        sql`SELECT id FROM search_embeddings WHERE org_id = ${orgId} AND model = ${model} AND id IN ${sql.in(ids)}`.pipe(
+          allRows(IdRow, "search embedded")
+        ),
         (rows) => new Set(rows.map((r) => r.id))
       )
 

@@ -7,7 +7,8 @@
  * sent to a return path is silently lost.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
+import { allRows } from "../platform/Rows.js"
 import { type Recipient, Recipients } from "./Recipients.js"
 import { Outcomes } from "../bounces/Outcomes.js"
 import { Verp } from "../mail/Verp.js"
@@ -33,7 +34,9 @@ export class BounceIntake extends Effect.Service<BounceIntake>()("mailroom/Bounc
     /** The default inbox of an organization as a recipient, where mail that is not a report is kept. */
     const inboxOf = (orgId: string) =>
       Effect.gen(function*() {
-        const rows = yield* sql<{ address: string | null }>`SELECT managed_inbox_address AS address FROM organizations WHERE id = ${orgId}`
+        const rows = yield* sql`SELECT managed_inbox_address AS address FROM organizations WHERE id = ${orgId}`.pipe(
+          allRows(Schema.Struct({ address: Schema.NullOr(Schema.String) }), "organization inbox address")
+        )
         const address = rows[0]?.address
         if (address === null || address === undefined) return Option.none<Recipient>()
         return yield* recipients.lookup(address)

@@ -14,9 +14,10 @@
  * has its own answer, so other organizations still get it), `quarantine` stores its copies held back.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Either, Layer, Option } from "effect"
+import { Effect, Either, Layer, Option, Schema } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { AppConfig } from "../platform/Config.js"
+import { allRows } from "../platform/Rows.js"
 import { LocalDelivery, type LocalMessage, type LocalOutcome, type LocalReceiver, type LocalRefusal } from "../sending/LocalDelivery.js"
 import { judgeAttachments } from "../account/AttachmentPolicy.js"
 import { mayCommand } from "../mail/WakeMessage.js"
@@ -72,9 +73,10 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
   const ourDomains = (domains: ReadonlyArray<string>) =>
     domains.length === 0
       ? Effect.succeed(new Set<string>())
-      : sql<{ domain: string }>`
+      : sql`
           SELECT DISTINCT domain FROM domains
           WHERE domain IN ${sql.in(domains)} AND verified_at IS NOT NULL AND is_active`.pipe(
+          allRows(Schema.Struct({ domain: Schema.String }), "verified domains"),
           Effect.map((rows) => new Set(rows.map((r) => r.domain))),
           Effect.orDie
         )

@@ -131,12 +131,13 @@ export class DraftsRepo extends Effect.Service<DraftsRepo>()("mailroom/DraftsRep
      * recipients. Received from: `known_addresses`; sent to: a recipient of one of its sent emails.
      */
     const unknownAmong = (orgId: string, addresses: ReadonlyArray<string>) =>
-      addresses.length === 0 ? Effect.succeed([] as ReadonlyArray<string>) : sql<{ a: string }>`
+      addresses.length === 0 ? Effect.succeed([] as ReadonlyArray<string>) : sql`
         SELECT a FROM unnest(${addresses}::text[]) AS a
         WHERE NOT EXISTS (SELECT 1 FROM known_addresses k WHERE k.org_id = ${orgId} AND k.address = a)
           AND NOT EXISTS (
             SELECT 1 FROM sent_emails s, jsonb_array_elements_text(s.to_addresses || s.cc_addresses || s.bcc_addresses) AS r
             WHERE s.org_id = ${orgId} AND s.status = 'sent' AND (lower(r) = a OR right(lower(r), length(a) + 2) = '<' || a || '>'))`.pipe(
+        allRows(Schema.Struct({ a: Schema.String }), "unknown recipients"),
         Effect.map((rows) => rows.map((r) => r.a))
       )
 

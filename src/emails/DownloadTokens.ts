@@ -6,8 +6,9 @@
  * version is sealed at start-up.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Schema } from "effect"
 import { createHmac, randomBytes } from "node:crypto"
+import { rowsOrDie } from "../platform/Rows.js"
 import { constantTimeEqual } from "../platform/Secrets.js"
 import { isSealed, open, seal } from "../platform/Sealed.js"
 import { ServiceKey } from "../platform/ServiceKey.js"
@@ -35,10 +36,10 @@ export class DownloadTokens extends Effect.Service<DownloadTokens>()("mailroom/D
     yield* sql`INSERT INTO service_secrets (name, value)
                VALUES (${KEY_NAME}, ${seal(sealing, randomBytes(32).toString("base64url"), KEY_NAME)})
                ON CONFLICT (name) DO NOTHING`.pipe(Effect.orDie)
-    const rows = yield* sql<{ value: string }>`SELECT value FROM service_secrets WHERE name = ${KEY_NAME}`.pipe(
-      Effect.orDie
+    const [{ value: stored }] = yield* sql`SELECT value FROM service_secrets WHERE name = ${KEY_NAME}`.pipe(
+      Effect.flatMap(Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ value: Schema.String })))),
+      rowsOrDie("download-token key")
     )
-    const stored = rows[0]!.value
     if (!isSealed(stored)) {
       // Written in clear by an earlier version: sealed in place (only if still that clear value).
       yield* sql`UPDATE service_secrets SET value = ${seal(sealing, stored, KEY_NAME)}

@@ -10,6 +10,8 @@ import { entitlementsOf, LIMITS } from "../contract/Plans.js"
 import type { Email, EmailSummary } from "../emails/Api.js"
 import { extractReplyText } from "../mail/ReplyText.js"
 import type { WebhookDelivery } from "../deliveries/Api.js"
+import type { ListedRow } from "../deliveries/Repo.js"
+import type { SummaryRow } from "../emails/Repo.js"
 import type { MessageRow } from "../threads/Repo.js"
 import type { ThreadWatch } from "../wake/Api.js"
 
@@ -256,6 +258,61 @@ export const demoDeliveries: ReadonlyArray<WebhookDelivery> = demoEmails
       replay_of: null
     } satisfies WebhookDelivery
   })
+
+/** The demo's emails as the emails area's list reads its rows (`toSummary` gives back each summary). */
+export const demoSummaryRows: ReadonlyArray<SummaryRow> = demoEmails.map(({ summary: s }) => ({
+  id: s.id,
+  thread_id: s.thread_id,
+  domain_id: s.domain_id,
+  inbox_id: s.inbox_id,
+  recipient: s.recipient,
+  envelope_from: s.envelope_from,
+  from_address: s.from,
+  from_name: s.from_name,
+  to_addresses: [...s.to],
+  cc_addresses: [...s.cc],
+  subject: s.subject,
+  message_id: s.message_id,
+  sent_at: s.date,
+  attachments: [],
+  size_bytes: s.size_bytes,
+  spam_score: s.spam_score === null ? null : String(s.spam_score),
+  auth: s.auth,
+  trust: s.trust,
+  auto_submitted: s.auto_submitted,
+  event_type: s.event_type,
+  status: s.status,
+  rejection_reason: s.rejection_reason,
+  content_discarded_at: null,
+  labels: [...s.labels],
+  read: s.read,
+  received_at: s.received_at
+}))
+
+/** The demo's deliveries as the deliveries area's list reads its rows (all to the one http endpoint). */
+export const demoListedDeliveries: ReadonlyArray<ListedRow> = demoDeliveries.map((d) => ({
+  id: d.id,
+  email_id: d.email_id,
+  endpoint_id: d.endpoint_id,
+  event_id: d.event_id,
+  event_type: d.event_type,
+  replay_of: d.replay_of,
+  status: d.status,
+  attempt_count: d.attempt_count,
+  // The column is never null; a listing shows it only while a delivery is pending.
+  next_attempt_at: d.next_attempt_at ?? d.updated_at,
+  duration_ms: d.duration_ms,
+  last_error: d.last_error,
+  last_error_code: d.last_error_code,
+  email_sender: d.email.sender,
+  email_recipient: d.email.recipient,
+  email_subject: d.email.subject,
+  created_at: d.created_at,
+  updated_at: d.updated_at,
+  endpoint_kind: "http",
+  endpoint_url: d.endpoint_url,
+  function_id: null
+}))
 
 export const demoEmailById = (id: string) => demoEmails.find((e) => e.summary.id === id)
 

@@ -13,7 +13,7 @@ import {
   NotFound,
   Unauthorized
 } from "../contract/Errors.js"
-import { decodeCursor, DEFAULT_PAGE_SIZE, encodeCursor } from "../contract/Paging.js"
+import { decodeCursor, DEFAULT_PAGE_SIZE } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { bearerToken, wwwAuthenticate } from "../platform/Authentication.js"
 import { AppConfig } from "../platform/Config.js"
@@ -21,8 +21,8 @@ import { Credentials } from "../platform/Credentials.js"
 import { setHeader } from "../platform/HttpHeaders.js"
 import { inboxesOf } from "../platform/InboxLimit.js"
 import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
-import { toEmail, toSummary } from "./Present.js"
-import { EmailsRepo } from "./Repo.js"
+import { toEmail, toSummary, toSummaryPage } from "./Present.js"
+import { emailListQuery, EmailsRepo } from "./Repo.js"
 
 export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handlers) =>
   Effect.gen(function*() {
@@ -36,29 +36,7 @@ export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handl
           const principal = yield* CurrentPrincipal
           const limit = urlParams.limit ?? DEFAULT_PAGE_SIZE
           const after = yield* decodeCursor(urlParams.cursor)
-          const page = yield* repo.list(principal, {
-            limit,
-            after: Option.fromNullable(after),
-            ...(urlParams.recipient !== undefined ? { recipient: urlParams.recipient } : {}),
-            ...(urlParams.sender !== undefined ? { sender: urlParams.sender } : {}),
-            ...(urlParams.event_type !== undefined ? { eventType: urlParams.event_type } : {}),
-            ...(urlParams.status !== undefined ? { status: urlParams.status } : {}),
-            ...(urlParams.date_from !== undefined ? { dateFrom: urlParams.date_from } : {}),
-            ...(urlParams.date_to !== undefined ? { dateTo: urlParams.date_to } : {}),
-            ...(urlParams.label !== undefined ? { label: urlParams.label } : {}),
-            ...(urlParams.unread !== undefined ? { unread: urlParams.unread } : {}),
-            includeWake: urlParams.include === "wake",
-            ...(urlParams.inbox_id !== undefined ? { inboxId: urlParams.inbox_id } : {})
-          })
-          const last = page.rows[page.rows.length - 1]
-          return {
-            items: page.rows.map(toSummary),
-            meta: {
-              total: page.total,
-              limit,
-              cursor: page.more && last ? encodeCursor({ createdAt: last.received_at, id: last.id }) : null
-            }
-          }
+          return toSummaryPage(yield* repo.list(principal, emailListQuery(urlParams, limit, after)), limit)
         }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {

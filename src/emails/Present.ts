@@ -4,6 +4,7 @@
  * every area that returns an email, so none of them imports a handler module.
  */
 import { Effect } from "effect"
+import { encodeCursor } from "../contract/Paging.js"
 import type { Email, EmailSummary } from "./Api.js"
 import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
 import type { EmailRow, SummaryRow } from "./Repo.js"
@@ -38,6 +39,19 @@ export const toSummary = (row: SummaryRow): EmailSummary => ({
   read: row.read,
   received_at: row.received_at
 })
+
+/** A list page as the API shows it: the summaries, the total, and a cursor after the last when more follow. */
+export const toSummaryPage = (page: { readonly rows: ReadonlyArray<SummaryRow>; readonly more: boolean; readonly total: number }, limit: number) => {
+  const last = page.rows[page.rows.length - 1]
+  return {
+    items: page.rows.map(toSummary),
+    meta: {
+      total: page.total,
+      limit,
+      cursor: page.more && last ? encodeCursor({ createdAt: last.received_at, id: last.id }) : null
+    }
+  }
+}
 
 /** Download links of an email, each with a fresh signed token. */
 export const downloadUrls = (base: string, emailId: string, attachments: number) =>

@@ -2,12 +2,13 @@
  * SQL of the Emails area. Rows are decoded (one schema per row shape, the types derived from it), so
  * a renamed or retyped column dies naming the statement instead of reaching the API.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
+import type { Position } from "../contract/Paging.js"
 import { type OrgScope, orgOf, scoped } from "../platform/InboxLimit.js"
 import { decodeFirst, decodeRows, Enum, JsonColumn, NullableTimestamp, Timestamp } from "../platform/Rows.js"
 import { deletionEndsWatches } from "../wake/Repo.js"
-import { AuthSummary, HeaderMap, WAKE_EVENT_TYPE } from "./Api.js"
+import { AuthSummary, type EmailListParams, HeaderMap, WAKE_EVENT_TYPE } from "./Api.js"
 import { TrustSchema } from "../mail/Trust.js"
 
 /** An attachment as stored (`ParsedAttachment` of src/mail/Parse.ts). */
@@ -105,12 +106,29 @@ export interface EmailListQuery {
   readonly unread?: boolean
 }
 
+/** The list query a request's parameters ask for (the real list's and the demo's alike). */
+export const emailListQuery = (p: typeof EmailListParams.Type, limit: number, after: Position | undefined): EmailListQuery => ({
+  limit,
+  after: Option.fromNullable(after),
+  ...(p.recipient !== undefined ? { recipient: p.recipient } : {}),
+  ...(p.sender !== undefined ? { sender: p.sender } : {}),
+  ...(p.event_type !== undefined ? { eventType: p.event_type } : {}),
+  ...(p.status !== undefined ? { status: p.status } : {}),
+  ...(p.date_from !== undefined ? { dateFrom: p.date_from } : {}),
+  ...(p.date_to !== undefined ? { dateTo: p.date_to } : {}),
+  ...(p.label !== undefined ? { label: p.label } : {}),
+  ...(p.unread !== undefined ? { unread: p.unread } : {}),
+  includeWake: p.include === "wake",
+  ...(p.inbox_id !== undefined ? { inboxId: p.inbox_id } : {})
+})
+
 export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const filters = (scope: OrgScope, q: EmailListQuery) => {
-      const conds = [scoped(sql, scope)]
+    /** The list's filter rules, over the columns of a summary (unqualified: any `listOver` source). */
+    const filters = (q: EmailListQuery) => {
+      const conds = [sql`true`]
       if (q.recipient !== undefined) conds.push(sql`recipient = ${q.recipient.toLowerCase()}`)
       if (q.sender !== undefined) conds.push(sql`(from_address = ${q.sender.toLowerCase()} OR envelope_from = ${q.sender.toLowerCase()})`)
       if (q.eventType !== undefined) conds.push(sql`event_type = ${q.eventType}`)
@@ -124,9 +142,14 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
       return conds
     }
 
-    const list = (scope: OrgScope, q: EmailListQuery) =>
+    /**
+     * A page of the summaries `source` holds (a parenthesised SELECT of the summary columns: the
+     * organization's stored mail, or the demo's rows given inline by `inlineEmails`), filtered,
+     * newest first, and the total.
+     */
+    const listOver = (source: Statement.Fragment, q: EmailListQuery) =>
       Effect.gen(function*() {
-        const conds = filters(scope, q)
+        const conds = filters(q)
         const page = Option.match(q.after, {
           onNone: () => conds,
           onSome: (c) => [...conds, sql`(received_at, id) < (${c.createdAt}, ${c.id})`]
@@ -134,17 +157,31 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
         // One round trip and one snapshot for the page and its total (the total's row comes back
         // alone when the page is empty), and only the columns a summary shows: headers can be tens
         // of KB per email, and parsing them for a list that never shows them cost more than the page.
+        // The source is a plain subquery, so the planner folds it into each scan (indexes still apply).
         const rows = yield* sql`
           WITH page AS (
-            SELECT ${sql.literal(SUMMARY_COLUMNS)} FROM emails WHERE ${sql.and(page)}
+            SELECT ${sql.literal(SUMMARY_COLUMNS)} FROM ${source} AS src WHERE ${sql.and(page)}
             ORDER BY received_at DESC, id DESC LIMIT ${q.limit + 1})
-          SELECT t.page_total, page.* FROM (SELECT count(*)::int AS page_total FROM emails WHERE ${sql.and(conds)}) t
+          SELECT t.page_total, page.* FROM (SELECT count(*)::int AS page_total FROM ${source} AS src WHERE ${sql.and(conds)}) t
             LEFT JOIN page ON true
           ORDER BY page.received_at DESC, page.id DESC`
         const listed = yield* decodeRows(SummaryRow, "email list")(rows.filter((r) => r.id !== null))
         const total = yield* decodeRows(PageTotal, "email list total")(rows.slice(0, 1))
         return { rows: listed.slice(0, q.limit), more: listed.length > q.limit, total: total[0]?.page_total ?? 0 }
       }).pipe(Effect.orDie)
+
+    const list = (scope: OrgScope, q: EmailListQuery) =>
+      listOver(sql`(SELECT ${sql.literal(SUMMARY_COLUMNS)} FROM emails WHERE ${scoped(sql, scope)})`, q)
+
+    /** Summary rows held in memory (the demo's) as a `listOver` source; nothing is stored. */
+    const inlineEmails = (rows: ReadonlyArray<SummaryRow>): Statement.Fragment =>
+      sql`(SELECT ${sql.literal(SUMMARY_COLUMNS)}
+             FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS x(id uuid, thread_id uuid, domain_id uuid,
+                  inbox_id uuid, recipient text, envelope_from text, from_address text, from_name text,
+                  to_addresses jsonb, cc_addresses jsonb, subject text, message_id text, sent_at timestamptz,
+                  attachments jsonb, size_bytes integer, spam_score numeric, auth jsonb, trust jsonb,
+                  auto_submitted boolean, event_type text, status text, rejection_reason text,
+                  content_discarded_at timestamptz, labels jsonb, read boolean, received_at timestamptz))`
 
     const find = (scope: OrgScope, id: string) =>
       sql`
@@ -181,6 +218,6 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
         Effect.flatMap(decodeFirst(RawRow, "email raw"))
       )
 
-    return { list, find, update, remove, raw } as const
+    return { list, listOver, inlineEmails, find, update, remove, raw } as const
   })
 }) {}

@@ -1,23 +1,20 @@
-/** Handlers of the listen area (see Api.ts, Wakeups.ts and migrations/0011_listen.sql). */
+/** Handlers of the listen area (see Api.ts, Poll.ts, Wakeups.ts and migrations/0011_listen.sql). */
 import { HttpApiBuilder } from "@effect/platform"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
-import { Conflict, NotFound, RateLimitExceeded } from "../contract/Errors.js"
+import { Conflict, NotFound } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { requireWholeOrganization } from "../platform/InboxLimit.js"
-import { signatureHeaders } from "../webhooks/Signing.js"
 import {
   LISTEN_MAX_ACTIVE_SESSIONS,
   LISTEN_SESSION_TTL_SECONDS,
-  type ListenEvent,
   type ListenSession
 } from "./Api.js"
+import { ListenPoll } from "./Poll.js"
 import { ListenSessions, type SessionRow } from "./Sessions.js"
-import { LISTEN_MAX_WAITS_PER_ORG, ListenWakeups } from "./Wakeups.js"
-
-const DEFAULT_WAIT_SECONDS = 25
+import { ListenWakeups } from "./Wakeups.js"
 
 const toSession = (r: SessionRow): ListenSession => ({
   id: r.id,
@@ -29,17 +26,12 @@ const toSession = (r: SessionRow): ListenSession => ({
 export const ListenHttpLive = HttpApiBuilder.group(MailroomApi, "listen", (handlers) =>
   Effect.gen(function*() {
     const sessions = yield* ListenSessions
-    const secrets = yield* WebhookSecrets
-    const wakeups = yield* ListenWakeups
+    const poll = yield* ListenPoll
     const notFound = new NotFound({ message: "listen session not found" })
     const expiry = Effect.map(Clock.currentTimeMillis, (now) => ({
       now: new Date(now),
       until: new Date(now + LISTEN_SESSION_TTL_SECONDS * 1000)
     }))
-
-    const touch = (orgId: string, id: string) =>
-      Effect.flatMap(expiry, ({ until }) => sessions.touch(orgId, id, until))
-    const take = sessions.take
 
     return handlers
       .handle("createSession", ({ payload }) =>
@@ -63,43 +55,7 @@ export const ListenHttpLive = HttpApiBuilder.group(MailroomApi, "listen", (handl
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
           yield* requireWholeOrganization(principal, "a listen session")
-          const orgId = principal.orgId
-          yield* Effect.flatten(touch(orgId, path.id)).pipe(Effect.mapError(() => notFound))
-          const wait = urlParams.wait ?? DEFAULT_WAIT_SECONDS
-          let rows = yield* take(path.id)
-          if (rows.length === 0 && wait > 0) {
-            rows = yield* Effect.gen(function*() {
-              if (!(yield* wakeups.slot(orgId))) {
-                return yield* new RateLimitExceeded({
-                  message: `at most ${LISTEN_MAX_WAITS_PER_ORG} listen polls may wait at once per organization; ` +
-                    "poll again after one of them returns",
-                  details: { limit: LISTEN_MAX_WAITS_PER_ORG, retry_after: 1 }
-                })
-              }
-              const deadline = (yield* Clock.currentTimeMillis) + wait * 1000
-              return yield* wakeups.poll(orgId, path.id, deadline, take(path.id))
-            }).pipe(Effect.scoped)
-          }
-          if (rows.length === 0) return []
-          const secret = yield* secrets.signing(orgId)
-          if (Option.isNone(secret)) return yield* notFound
-          const t = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-          return rows.map((r): ListenEvent => ({
-            delivery_id: r.id,
-            event_id: r.event_id,
-            event_type: r.event_type,
-            email_id: r.email_id,
-            replay_of: r.replay_of,
-            payload: r.payload,
-            headers: {
-              ...signatureHeaders(secret.value, r.payload, t),
-              "mailroom-event-id": r.event_id,
-              "mailroom-event-type": r.event_type,
-              "mailroom-delivery-id": r.id,
-              // The forwarded copy is sent once.
-              "mailroom-attempt": "1"
-            }
-          }))
+          return yield* poll.events(principal.orgId, path.id, urlParams.wait)
         }))
       .handle("deleteSession", ({ path }) =>
         Effect.gen(function*() {
@@ -108,4 +64,7 @@ export const ListenHttpLive = HttpApiBuilder.group(MailroomApi, "listen", (handl
           if (Option.isNone(row)) return yield* notFound
           return toSession(row.value)
         }))
-  })).pipe(Layer.provide(Layer.mergeAll(WebhookSecrets.Default, ListenWakeups.Default, ListenSessions.Default)))
+  })).pipe(
+    Layer.provide(ListenPoll.Default),
+    Layer.provide(Layer.mergeAll(WebhookSecrets.Default, ListenWakeups.Default, ListenSessions.Default))
+  )

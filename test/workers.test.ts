@@ -122,7 +122,8 @@ describe.skipIf(!onPostgres)("two workers on PostgreSQL (skipped without DATABAS
       svc = await start(env)
       const s = svc
 
-      // Two worker processes under the primary.
+      // Two worker processes under the primary (the second starts once the first listens).
+      await waitUntil("the second worker listening", () => (s.log().match(/Listening on http/g)?.length ?? 0) === 2, 120_000)
       const workers = childrenOf(s.pid)
       expect(workers.length).toBe(2)
 
@@ -183,7 +184,8 @@ describe.skipIf(!onPostgres)("two workers on PostgreSQL (skipped without DATABAS
       // A killed worker is started again; the other serves meanwhile.
       const victim = workers[0]!
       process.kill(victim, "SIGKILL")
-      expect(await healthy(s.port)).toBe(true)
+      // A keep-alive connection the victim held fails; a new one reaches the other worker.
+      await waitUntil("the other worker to answer", () => healthy(s.port), 5_000)
       await waitUntil("the worker to be replaced", () => {
         const now = childrenOf(s.pid)
         return now.length === 2 && !now.includes(victim)

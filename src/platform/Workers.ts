@@ -12,7 +12,9 @@
  * The primary only supervises; it opens no database:
  * - a worker that dies is started again in its slot after a delay doubling from 0.5 s to 30 s (back
  *   to 0.5 s once the worker had run a minute), each time logged;
- * - until some worker listens, a worker that exits ends the start with its exit code (a bad database
+ * - worker 1 starts alone and the others once it listens: what a first start makes once (the key
+ *   file in DATA_DIR, migrations, the managed domain's DKIM key) is made by one process, not raced;
+ * - until worker 1 listens, a worker that exits ends the start with its exit code (a bad database
  *   URL or a taken port fails the start as it does in one process, rather than restarting forever);
  * - SIGTERM or SIGINT: every worker is asked to drain, by the same stop as one process's SIGTERM
  *   (listeners close, deliveries in flight finish, SHUTDOWN_TIMEOUT bounds it in each), and the
@@ -106,7 +108,9 @@ export const supervise = (options: SuperviseOptions) =>
       state.worker = worker
       state.started = Date.now()
       worker.once("listening", () => {
+        if (listening) return
         listening = true
+        for (let other = 2; other <= count; other++) if (!stopping) fork(other)
       })
       worker.once("exit", (code, signal) => onExit(slot, worker, code, signal))
     }
@@ -173,8 +177,6 @@ export const supervise = (options: SuperviseOptions) =>
     process.on("SIGINT", onSignal)
 
     log("info", `starting ${count} workers`)
-    for (let slot = 1; slot <= count; slot++) {
-      slots.set(slot, { worker: undefined, started: 0, nextDelay: FIRST_DELAY_MS, timer: undefined })
-      fork(slot)
-    }
+    for (let slot = 1; slot <= count; slot++) slots.set(slot, { worker: undefined, started: 0, nextDelay: FIRST_DELAY_MS, timer: undefined })
+    fork(1)
   }))

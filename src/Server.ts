@@ -258,7 +258,6 @@ const AreaWorkers = [
   DeliveryCountsMaintenanceLive,
   FunctionsMaintenanceLive,
   WakeTimersLive(),
-  EmbeddingBacklogLive(),
   SendTimersLive(),
   PaymentEmailWorkersLive(),
   // Payments a stopped process left settling, ended from what the chain says.
@@ -270,10 +269,16 @@ const AreaWorkers = [
   OperatorSocketLive.pipe(Layer.provide([Provisioning.Default, SettleCaps.Default]))
 ] as const
 
-/** The whole service over an AppConfig. */
-export const ServiceLive = Layer.mergeAll(HttpLive, ...AreaWorkers).pipe(
-  Layer.provide(DeliveryServicesLive),
-  Layer.provide(PlatformServicesLive),
-  Layer.provide(DatabaseLive),
-  Layer.provide(loggerLayer)
-)
+/**
+ * The whole service over an AppConfig. Every worker of `WORKERS` (platform/Workers.ts) runs it; all
+ * but the first leave out the embedding backlog, so that one process loads the model for it.
+ */
+export const serviceLive = (options: { readonly embeddingBacklog: boolean }) =>
+  Layer.mergeAll(HttpLive, ...AreaWorkers, options.embeddingBacklog ? EmbeddingBacklogLive() : Layer.empty).pipe(
+    Layer.provide(DeliveryServicesLive),
+    Layer.provide(PlatformServicesLive),
+    Layer.provide(DatabaseLive),
+    Layer.provide(loggerLayer)
+  )
+
+export const ServiceLive = serviceLive({ embeddingBacklog: true })

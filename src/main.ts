@@ -1,17 +1,21 @@
 /**
- * `npm start`: the whole Mailroom service in one process.
+ * `npm start`: the whole Mailroom service, in `WORKERS` processes on PostgreSQL (a supervising
+ * primary and its workers, platform/Workers.ts) or in one process (`WORKERS=1`, or the embedded
+ * database). This module is all three: a lone process, the primary, a worker.
  *
- * Stopping: SIGTERM or SIGINT interrupts the service, whose layers close in reverse order: the HTTP
+ * Stopping (a lone process, each worker): SIGTERM or SIGINT interrupts the service, whose layers close in reverse order: the HTTP
  * and SMTP listeners stop accepting, delivery attempts in flight drain (Dispatcher), then the
  * database closes; the exit code is 0. `SHUTDOWN_TIMEOUT` bounds it: past that the process exits
  * with code 1. A second signal kills at once.
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { ConfigError, Duration, Effect, Layer } from "effect"
+import { ConfigError, Duration, Effect, Layer, ManagedRuntime, Option } from "effect"
 import { setFlagsFromString } from "node:v8"
-import { AppConfig, AppConfigLive } from "./platform/Config.js"
+import { AppConfig, AppConfigLive, type AppConfigShape } from "./platform/Config.js"
 import { asPortInUse, ensurePortsFree, PORT_IN_USE_EXIT, PortInUse } from "./platform/Ports.js"
-import { ServiceLive } from "./Server.js"
+import { DRAIN_MESSAGE, supervise, workerCount, workerRole } from "./platform/Workers.js"
+import { loggerLayer } from "./platform/Logging.js"
+import { serviceLive } from "./Server.js"
 
 // The spool's young-generation collections during long streams (inbound/Spool.ts) use `gc`, exposed
 // to a separate context only. Set before the first message arrives; flags belong to the entry point.
@@ -26,10 +30,14 @@ const fatal = (line: string, code: number) =>
     process.exit(code)
   })
 
+/** Whether a stop signal was received (a worker asked to drain then has nothing more to do). */
+let stopping = false
+
 /** Past the shutdown bound, exit whatever is still closing. */
 const boundShutdown = (timeout: Duration.Duration) =>
   Effect.sync(() => {
     const onSignal = () => {
+      stopping = true
       process.off("SIGTERM", onSignal)
       process.off("SIGINT", onSignal)
       const ms = Duration.toMillis(timeout)
@@ -55,18 +63,61 @@ const followNpm = Effect.sync(() => {
   }, 1000).unref()
 })
 
+/** A worker stops on the primary's request exactly as on SIGTERM. */
+const drainOnRequest = Effect.sync(() => {
+  process.on("message", (message) => {
+    if (message === DRAIN_MESSAGE && !stopping) process.kill(process.pid, "SIGTERM")
+  })
+})
+
+/** The service until stopped; `first`: the lone process or worker 1 (see Workers.ts). */
+const serve = (config: AppConfigShape, first: boolean) =>
+  Layer.launch(serviceLive({ embeddingBacklog: first })).pipe(
+    // The HTTP listener's own bind failure, should the port be taken after the check.
+    Effect.catchTag("ServeError", (e) => Effect.fail<PortInUse | typeof e>(asPortInUse(config.port, "PORT")(e.cause) ?? e)),
+    Effect.provideService(AppConfig, config)
+  )
+
+/**
+ * Log lines of this module, at LOG_LEVEL in the service's format, from a runtime of their own: the
+ * service provides its logger itself, and providing it here as well would print its lines twice.
+ */
+const logger = (config: AppConfigShape) => {
+  const runtime = ManagedRuntime.make(loggerLayer.pipe(Layer.provide(Layer.succeed(AppConfig, config))))
+  return (level: "info" | "warning" | "error", message: string) =>
+    runtime.runSync(level === "info" ? Effect.logInfo(message) : level === "warning" ? Effect.logWarning(message) : Effect.logError(message))
+}
+
+/** The primary: workers started and supervised until they have all stopped, then its exit. */
+const primary = (config: AppConfigShape, count: number) =>
+  supervise({ count, shutdownTimeout: config.shutdownTimeout, log: logger(config) }).pipe(
+    Effect.flatMap((code) => Effect.sync(() => process.exit(code))),
+    Effect.uninterruptible
+  )
+
 const program = Effect.gen(function*() {
   const config = yield* AppConfig
+  const role = workerRole()
+  if (role !== undefined) {
+    // The primary checked the ports and follows npm; each worker has its own stats file.
+    yield* boundShutdown(config.shutdownTimeout)
+    yield* drainOnRequest
+    const statsFile = Option.map(config.statsFile, (f) => (role.slot === 1 ? f : `${f}.${role.slot}`))
+    return yield* serve({ ...config, statsFile }, role.slot === 1).pipe(Effect.annotateLogs("worker", role.slot))
+  }
   yield* ensurePortsFree(config.host, [
     { port: config.port, variable: "PORT" },
     { port: config.smtpPort, variable: "SMTP_PORT" }
   ])
+  const { count, note } = workerCount(config)
+  if (note !== undefined) logger(config)("info", note)
+  if (count > 1) {
+    yield* followNpm
+    return yield* primary(config, count)
+  }
   yield* boundShutdown(config.shutdownTimeout)
   yield* followNpm
-  return yield* Layer.launch(ServiceLive).pipe(
-    // The HTTP listener's own bind failure, should the port be taken after the check.
-    Effect.catchTag("ServeError", (e) => Effect.fail<PortInUse | typeof e>(asPortInUse(config.port, "PORT")(e.cause) ?? e))
-  )
+  return yield* serve(config, true)
 })
 
 program.pipe(

@@ -19,5 +19,6 @@ export const HEAVY_SUITES = [
   "test/search-cli.test.ts",
   "test/client-package.test.ts",
   "test/payments-policy.test.ts",
-  "test/fairness.test.ts"
+  "test/fairness.test.ts",
+  "test/workers.test.ts"
 ]

@@ -3,6 +3,7 @@
  * A bad value fails with a ConfigError naming the variable and what was wrong.
  */
 import { Config, ConfigError, Context, Duration, Either, Layer, Option, Redacted } from "effect"
+import { availableParallelism } from "node:os"
 import { parseTrustedProxies } from "./ClientAddress.js"
 
 export interface AppConfigShape {
@@ -33,6 +34,11 @@ export interface AppConfigShape {
   readonly maxInflightRequests: number
   /** Peers (addresses or CIDRs) whose `Forwarded` / `X-Forwarded-For` name the client; empty: none. */
   readonly trustedProxies: ReadonlyArray<string>
+  /**
+   * `WORKERS`: processes serving the same HTTP and SMTP ports (Workers.ts), default one per core.
+   * The embedded database belongs to one process, so without DATABASE_URL one runs whatever is set.
+   */
+  readonly workers: number
   /** How long stopping (SIGTERM, SIGINT) may take: draining deliveries, closing listeners and the database. */
   readonly shutdownTimeout: Duration.Duration
   /** Wall clock of one function invocation, enforced by killing its process. */
@@ -190,6 +196,14 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
         ? Either.left(ConfigError.InvalidData(["TRUSTED_PROXIES"], parsed.error))
         : Either.right(parsed.entries)
     })
+  ),
+  workers: Config.integer("WORKERS").pipe(
+    Config.withDefault(availableParallelism()),
+    Config.mapOrFail((n) =>
+      n >= 1 && n <= 1024
+        ? Either.right(n)
+        : Either.left(ConfigError.InvalidData(["WORKERS"], `must be an integer from 1 to 1024, got ${n}`))
+    )
   ),
   shutdownTimeout: duration("SHUTDOWN_TIMEOUT", "10s"),
   functionTimeout: duration("FUNCTION_TIMEOUT", "10m"),

@@ -34,6 +34,8 @@ export interface ServiceProcess {
 const MASTER_KEY = randomBytes(32).toString("hex")
 
 export const baseEnv = (dataDir: string, databaseUrl: string | undefined, extra: Record<string, string> = {}) => ({
+  // One process, whose pid is the service's (kill -9, its children); test/workers.test.ts runs several.
+  WORKERS: "1",
   DATA_DIR: dataDir,
   MAILROOM_SECRET_KEY: MASTER_KEY,
   WEBHOOK_ALLOW_PRIVATE_URLS: "true",

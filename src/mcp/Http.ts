@@ -9,7 +9,7 @@
  */
 import type { CallToolResult } from "@effect/ai/McpSchema"
 import * as McpServer from "@effect/ai/McpServer"
-import { HttpApi, HttpApiBuilder, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Headers, HttpApi, HttpApiBuilder, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import * as RpcSerialization from "@effect/rpc/RpcSerialization"
 import * as RpcServer from "@effect/rpc/RpcServer"
 import { Context, Effect, FiberRef, Layer, Option, Redacted } from "effect"
@@ -26,6 +26,26 @@ import { withOutputSchemas } from "./Serialization.js"
 export const MCP_PATH = "/mcp"
 
 const decoder = new TextDecoder()
+
+/**
+ * The inner request's source, as much of a web `Request` as the platform's request reads (its
+ * method, URL and body; the headers are given to it directly): an undici `Request` (its URL, its
+ * `Headers`, its body as a web stream read back) would be built and read on every call for nothing.
+ */
+const sourceOf = (method: string, url: string, body: string | undefined): Request => {
+  const text = body ?? ""
+  return {
+    method,
+    url,
+    get body() {
+      return body === undefined ? null : new Blob([body]).stream()
+    },
+    text: () => Promise.resolve(text),
+    json: () => Promise.resolve().then(() => JSON.parse(text)),
+    arrayBuffer: () => Promise.resolve(new TextEncoder().encode(text).buffer),
+    formData: () => new Response(text, { headers: { "content-type": "application/json" } }).formData()
+  } as unknown as Request
+}
 
 /** The registered tools' handlers by name, for the direct path; filled in once the tools are registered. */
 class DirectRuns extends Context.Tag("mailroom/mcp/DirectRuns")<DirectRuns, Map<string, Run>>() {}
@@ -51,9 +71,10 @@ const ToolsLive = Layer.effectDiscard(Effect.gen(function*() {
       const headers: Record<string, string> = { authorization: outer.value.headers["authorization"] ?? "", accept: "application/json" }
       if (req.body !== undefined) headers["content-type"] = "application/json"
       if (req.idempotencyKey !== undefined) headers["idempotency-key"] = req.idempotencyKey
-      const request = HttpServerRequest.fromWeb(
-        new Request(`http://mailroom.internal${req.url}`, { method: req.method, headers, ...(req.body !== undefined ? { body: req.body } : {}) })
-      ).modify(Option.match(outer.value.remoteAddress, { onNone: () => ({}), onSome: (remoteAddress) => ({ remoteAddress }) }))
+      const request = HttpServerRequest.fromWeb(sourceOf(req.method, req.url, req.body)).modify({
+        headers: Headers.fromInput(headers),
+        ...Option.match(outer.value.remoteAddress, { onNone: () => ({}), onSome: (remoteAddress) => ({ remoteAddress }) })
+      })
       const response = yield* dispatchAdmitted(yield* app, request, principal.value, createsResource)
       return resultOf(response.status, response.body._tag === "Uint8Array" ? decoder.decode(response.body.body) : undefined)
     }).pipe(Effect.provideService(Idempotency, idempotency)) as Effect.Effect<CallToolResult, unknown>
@@ -77,7 +98,7 @@ const ProtocolLive = Layer.effectContext(
       const posted = yield* Effect.either((yield* HttpServerRequest.HttpServerRequest).text)
       const direct = posted._tag === "Right" ? directCall(runs, posted.right) : undefined
       if (direct !== undefined) return HttpServerResponse.text(yield* direct, { contentType: "application/json" })
-      const response = yield* httpApp
+      const response = yield* Effect.scoped(httpApp)
       // Only notifications or responses were posted: nothing to answer (Streamable HTTP: 202).
       const empty = response.body._tag === "Uint8Array" && decoder.decode(response.body.body).trim().replace(/^\[\]$/, "") === ""
       return empty ? HttpServerResponse.empty({ status: 202 }) : response
@@ -86,7 +107,7 @@ const ProtocolLive = Layer.effectContext(
       envelopeOf(new MethodNotAllowed({ message: "the MCP endpoint takes POST (Streamable HTTP, JSON responses); it opens no event stream", details: { allowed: ["POST"] } })),
       { status: 405, headers: { allow: "POST" } }
     )
-    yield* router.post(MCP_PATH, Effect.scoped(post))
+    yield* router.post(MCP_PATH, post)
     yield* router.get(MCP_PATH, Effect.succeed(notAllowed))
     yield* router.del(MCP_PATH, Effect.succeed(notAllowed))
     return Context.make(RpcServer.Protocol, protocol).pipe(Context.add(DirectRuns, runs))

@@ -132,8 +132,11 @@ export const startService = async (env: Record<string, string>): Promise<Service
   const smtpPort = await freePort()
   // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during a run.
   const extra = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
+  // One service process unless the run asks for more (WORKERS=2 …), so figures compare across runs
+  // and with the single-process references.
+  const workers = env.WORKERS ?? process.env.WORKERS ?? "1"
   const child = spawn(process.execPath, [...extra, builtService()], {
-    env: { ...process.env, ...env, PORT: String(port), SMTP_PORT: String(smtpPort), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` },
+    env: { ...process.env, ...env, WORKERS: workers, PORT: String(port), SMTP_PORT: String(smtpPort), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` },
     stdio: ["ignore", "ignore", "inherit"]
   })
   const baseUrl = `http://127.0.0.1:${port}`

@@ -6,10 +6,11 @@
  * of the database alone signs nothing.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { generateKeyPair } from "node:crypto"
 import { promisify } from "node:util"
 import { AppConfig } from "../platform/Config.js"
+import { firstRow } from "../platform/Rows.js"
 import { open, seal } from "../platform/Sealed.js"
 import { ServiceKey } from "../platform/ServiceKey.js"
 
@@ -30,13 +31,14 @@ export interface DkimRecord {
   readonly value: string
 }
 
-interface KeyRow {
-  readonly id: string
-  readonly domain: string
-  readonly selector: string
-  readonly private_key: string
-  readonly public_key: string
-}
+const KeyRow = Schema.Struct({
+  id: Schema.String,
+  domain: Schema.String,
+  selector: Schema.String,
+  private_key: Schema.String,
+  public_key: Schema.String
+})
+type KeyRow = typeof KeyRow.Type
 
 export const dkimRecordName = (selector: string, domain: string) => `${selector}._domainkey.${domain}`
 export const dkimRecordValue = (publicKeyBase64: string) => `v=DKIM1; k=rsa; p=${publicKeyBase64}`
@@ -69,13 +71,10 @@ export class DkimKeys extends Effect.Service<DkimKeys>()("mailroom/DkimKeys", {
       }).pipe(Effect.orDie)
 
     const keyOfDomainId = (domainId: string) =>
-      sql<KeyRow>`SELECT * FROM dkim_keys WHERE domain_id = ${domainId}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
-        Effect.orDie
-      )
+      sql`SELECT * FROM dkim_keys WHERE domain_id = ${domainId}`.pipe(firstRow(KeyRow, "dkim key of domain"), Effect.orDie)
 
-    const serviceKey = sql<KeyRow>`SELECT * FROM dkim_keys WHERE domain = ${managed} AND domain_id IS NULL`.pipe(
-      Effect.map((rows) => Option.fromNullable(rows[0])),
+    const serviceKey = sql`SELECT * FROM dkim_keys WHERE domain = ${managed} AND domain_id IS NULL`.pipe(
+      firstRow(KeyRow, "dkim service key"),
       Effect.orDie
     )
 
@@ -127,9 +126,12 @@ export class DkimKeys extends Effect.Service<DkimKeys>()("mailroom/DkimKeys", {
       Effect.gen(function*() {
         const domain = address.slice(address.lastIndexOf("@") + 1).toLowerCase()
         if (domain === managed) return Option.some(yield* managedSigning)
-        const rows = yield* sql<{ id: string }>`SELECT id FROM domains
-          WHERE org_id = ${orgId} AND domain = ${domain} AND verified_at IS NOT NULL`.pipe(Effect.orDie)
-        const domainId = rows[0]?.id
+        const found = yield* sql`SELECT id FROM domains
+          WHERE org_id = ${orgId} AND domain = ${domain} AND verified_at IS NOT NULL`.pipe(
+          firstRow(Schema.Struct({ id: Schema.String }), "verified domain of address"),
+          Effect.orDie
+        )
+        const domainId = Option.getOrUndefined(found)?.id
         if (domainId === undefined) return Option.none<DkimSigning>()
         yield* createForDomain(domainId, domain)
         return Option.map(yield* keyOfDomainId(domainId), toSigning)

@@ -1,23 +1,26 @@
-/** SQL of the Filters area. */
+/** SQL of the Filters area. Rows are decoded, so a renamed or retyped column fails loudly. */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Schema } from "effect"
 import { Conflict } from "../contract/Errors.js"
 import type { Position } from "../contract/Paging.js"
 import { catchUnique } from "../platform/SqlErrors.js"
-import type { Filter, FilterType } from "./Api.js"
+import { type Filter, FilterType } from "./Api.js"
 import { pageWithTotal } from "../platform/Listing.js"
+import { decodeRows, firstRow, JsonColumn, pageRows, TextArray, Timestamp } from "../platform/Rows.js"
 
-export interface FilterRow {
-  readonly id: string
-  readonly org_id: string
-  readonly type: FilterType
-  readonly pattern: string
-  readonly signals: ReadonlyArray<string> | null
-  readonly domain_id: string | null
-  readonly enabled: boolean
-  readonly created_at: Date
-  readonly updated_at: Date
-}
+const FilterRow = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  type: FilterType,
+  pattern: Schema.String,
+  /** `jsonb`: the sorted signal names of a quarantine filter. */
+  signals: JsonColumn(Schema.NullOr(TextArray)),
+  domain_id: Schema.NullOr(Schema.String),
+  enabled: Schema.Boolean,
+  created_at: Timestamp,
+  updated_at: Timestamp
+})
+export type FilterRow = typeof FilterRow.Type
 
 export const toFilter = (r: FilterRow): Filter => ({
   id: r.id,
@@ -36,25 +39,28 @@ export class FiltersRepo extends Effect.Service<FiltersRepo>()("mailroom/Filters
 
     const insert = (f: { orgId: string; type: string; pattern: string; domainId: string | null; signals?: ReadonlyArray<string> }) =>
       catchUnique(
-        sql<FilterRow>`INSERT INTO filters (org_id, type, pattern, domain_id, signals)
+        sql`INSERT INTO filters (org_id, type, pattern, domain_id, signals)
           VALUES (${f.orgId}, ${f.type}, ${f.pattern}, ${f.domainId},
                   ${f.signals === undefined ? null : JSON.stringify([...new Set(f.signals)].sort())}::jsonb) RETURNING *`,
         () => new Conflict({ message: `a ${f.type} filter for ${f.pattern || "any sender"} already exists in this scope` })
-      ).pipe(Effect.map((rows) => rows[0]!))
+      ).pipe(Effect.flatMap((rows) => Effect.map(decodeRows(FilterRow, "filter insert")(rows), (r) => r[0]!)))
 
     const list = (orgId: string, limit: number, after: Position | undefined) =>
-      pageWithTotal<FilterRow>(sql, "filters", sql`org_id = ${orgId}`, limit, after).pipe(Effect.orDie)
+      pageWithTotal<{ readonly id: string }>(sql, "filters", sql`org_id = ${orgId}`, limit, after).pipe(
+        pageRows(FilterRow, "filter page"),
+        Effect.orDie
+      )
 
     const setEnabled = (orgId: string, id: string, enabled: boolean) =>
-      sql<FilterRow>`UPDATE filters SET enabled = ${enabled}, updated_at = now()
+      sql`UPDATE filters SET enabled = ${enabled}, updated_at = now()
           WHERE id = ${id} AND org_id = ${orgId} RETURNING *`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+        firstRow(FilterRow, "filter enable"),
         Effect.orDie
       )
 
     const remove = (orgId: string, id: string) =>
-      sql<FilterRow>`DELETE FROM filters WHERE id = ${id} AND org_id = ${orgId} RETURNING *`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+      sql`DELETE FROM filters WHERE id = ${id} AND org_id = ${orgId} RETURNING *`.pipe(
+        firstRow(FilterRow, "filter delete"),
         Effect.orDie
       )
 

@@ -1,51 +1,61 @@
 /**
  * SQL of functions and their invocations. Secrets are sealed (AES-256-GCM under a key derived from
  * the service key, bound to the function's id) before they reach the database, and opened only to
- * start an invocation.
+ * start an invocation. Rows are decoded, so a renamed or retyped column fails loudly.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { createHash, randomUUID } from "node:crypto"
 import { Conflict } from "../contract/Errors.js"
 import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
+import { allRows, firstRow, JsonColumn, pageRows, TextArray, Timestamp } from "../platform/Rows.js"
 import { open, seal } from "../platform/Sealed.js"
 import { ServiceKey } from "../platform/ServiceKey.js"
 import { catchUnique } from "../platform/SqlErrors.js"
 import { type FunctionInfo, type FunctionWithCode, type Invocation, isFunctionId } from "./Api.js"
 
-export interface FunctionRow {
-  readonly id: string
-  readonly org_id: string
-  readonly name: string
-  readonly version: number
-  readonly code: string
-  readonly code_sha256: string
-  readonly code_size_bytes: number
-  readonly secret_names: ReadonlyArray<string>
-  readonly secrets_sealed: string | null
-  readonly endpoint_id: string | null
-  readonly created_at: Date
-  readonly updated_at: Date
-  readonly deployed_at: Date
-}
+/** The columns of `functions` (a page selects `*`, without the endpoint). */
+const FunctionColumns = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  name: Schema.String,
+  version: Schema.Number,
+  code: Schema.String,
+  code_sha256: Schema.String,
+  code_size_bytes: Schema.Number,
+  /** `jsonb`: the sorted names. */
+  secret_names: JsonColumn(TextArray),
+  secrets_sealed: Schema.NullOr(Schema.String),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+  deployed_at: Timestamp
+})
 
-export interface InvocationRow {
-  readonly id: string
-  readonly org_id: string
-  readonly function_id: string
-  readonly function_version: number
-  readonly delivery_id: string | null
-  readonly event_id: string | null
-  readonly event: string | null
-  readonly status: string
-  readonly status_code: number | null
-  readonly duration_ms: number
-  readonly logs: string
-  readonly error: string | null
-  readonly started_at: Date
-  readonly created_at: Date
-}
+/** A function with its active endpoint (`SELECT_FUNCTION`). */
+const FunctionRow = Schema.Struct({ ...FunctionColumns.fields, endpoint_id: Schema.NullOr(Schema.String) })
+export type FunctionRow = typeof FunctionRow.Type
+
+const InvocationRow = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  function_id: Schema.String,
+  function_version: Schema.Number,
+  delivery_id: Schema.NullOr(Schema.String),
+  event_id: Schema.NullOr(Schema.String),
+  event: Schema.NullOr(Schema.String),
+  /** `ok`, `http_<status>`, `function_error`, …: an open set, kept as text. */
+  status: Schema.String,
+  status_code: Schema.NullOr(Schema.Number),
+  duration_ms: Schema.Number,
+  logs: Schema.String,
+  error: Schema.NullOr(Schema.String),
+  started_at: Timestamp,
+  created_at: Timestamp
+})
+export type InvocationRow = typeof InvocationRow.Type
+
+const Id = Schema.Struct({ id: Schema.String })
 
 export const toFunction = (r: FunctionRow): FunctionInfo => ({
   id: r.id,
@@ -112,8 +122,8 @@ export class FunctionsRepo extends Effect.Service<FunctionsRepo>()("mailroom/Fun
 
     /** A function of the organization by id, or by name (`ref` not shaped like a UUID). */
     const find = (orgId: string, ref: string) =>
-      sql<FunctionRow>`${sql.literal(SELECT_FUNCTION)} WHERE ${isFunctionId(ref) ? sql`f.id = ${ref}` : sql`f.name = ${ref}`} AND f.org_id = ${orgId}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+      sql`${sql.literal(SELECT_FUNCTION)} WHERE ${isFunctionId(ref) ? sql`f.id = ${ref}` : sql`f.name = ${ref}`} AND f.org_id = ${orgId}`.pipe(
+        firstRow(FunctionRow, "function find"),
         Effect.orDie
       )
 
@@ -132,11 +142,14 @@ export class FunctionsRepo extends Effect.Service<FunctionsRepo>()("mailroom/Fun
       })
 
     const list = (orgId: string, limit: number, after: Position | undefined) =>
-      pageWithTotal<FunctionRow>(sql, "functions", sql`org_id = ${orgId}`, limit, after).pipe(
+      pageWithTotal<{ readonly id: string }>(sql, "functions", sql`org_id = ${orgId}`, limit, after).pipe(
+        pageRows(FunctionColumns, "function page"),
         Effect.flatMap(({ rows, total }) =>
-          rows.length === 0 ? Effect.succeed({ rows, total }) : Effect.map(
-            sql<{ id: string; function_id: string }>`SELECT id, function_id FROM endpoints WHERE org_id = ${orgId}
-              AND deactivated_at IS NULL AND function_id IN ${sql.in(rows.map((r) => r.id))}`,
+          rows.length === 0 ? Effect.succeed({ rows: [] as Array<FunctionRow>, total }) : Effect.map(
+            sql`SELECT id, function_id FROM endpoints WHERE org_id = ${orgId}
+              AND deactivated_at IS NULL AND function_id IN ${sql.in(rows.map((r) => r.id))}`.pipe(
+              allRows(Schema.Struct({ id: Schema.String, function_id: Schema.String }), "function endpoints")
+            ),
             (eps) => {
               const byFunction = new Map(eps.map((e) => [e.function_id, e.id]))
               return { rows: rows.map((r) => ({ ...r, endpoint_id: byFunction.get(r.id) ?? null })), total }
@@ -180,31 +193,39 @@ export class FunctionsRepo extends Effect.Service<FunctionsRepo>()("mailroom/Fun
     /** Deletes the function (its memories and invocations go with it), deactivates its endpoint, drops its routes. */
     const remove = (orgId: string, id: string) =>
       sql.withTransaction(Effect.gen(function*() {
-        const rows = yield* sql<FunctionRow>`${sql.literal(SELECT_FUNCTION)} WHERE f.id = ${id} AND f.org_id = ${orgId}`
-        if (rows[0] === undefined) return Option.none<FunctionRow>()
-        const endpoints = yield* sql<{ id: string }>`UPDATE endpoints SET deactivated_at = now(), updated_at = now()
-          WHERE org_id = ${orgId} AND function_id = ${id} AND deactivated_at IS NULL RETURNING id`
+        const found = yield* sql`${sql.literal(SELECT_FUNCTION)} WHERE f.id = ${id} AND f.org_id = ${orgId}`.pipe(
+          firstRow(FunctionRow, "function to delete")
+        )
+        if (Option.isNone(found)) return found
+        const endpoints = yield* sql`UPDATE endpoints SET deactivated_at = now(), updated_at = now()
+          WHERE org_id = ${orgId} AND function_id = ${id} AND deactivated_at IS NULL RETURNING id`.pipe(
+          allRows(Id, "function endpoints deactivated")
+        )
         if (endpoints.length > 0) yield* sql`DELETE FROM routes WHERE endpoint_id IN ${sql.in(endpoints.map((e) => e.id))}`
         yield* sql`UPDATE function_tokens SET revoked_at = now() WHERE function_id = ${id} AND revoked_at IS NULL`
         yield* sql`DELETE FROM functions WHERE id = ${id}`
-        return Option.some(rows[0])
+        return found
       })).pipe(Effect.orDie)
 
     const recordInvocation = (i: Omit<InvocationRow, "id" | "created_at">) =>
-      sql<InvocationRow>`INSERT INTO function_invocations (org_id, function_id, function_version, delivery_id, event_id, event,
+      sql`INSERT INTO function_invocations (org_id, function_id, function_version, delivery_id, event_id, event,
           status, status_code, duration_ms, logs, error, started_at, created_at)
         SELECT ${i.org_id}, ${i.function_id}, ${i.function_version}, ${i.delivery_id}, ${i.event_id}, ${i.event}, ${i.status},
           ${i.status_code}, ${i.duration_ms}, ${i.logs}, ${i.error}, ${i.started_at}, ${i.started_at}
         WHERE EXISTS (SELECT 1 FROM functions WHERE id = ${i.function_id})
-        RETURNING *`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
+        RETURNING *`.pipe(firstRow(InvocationRow, "invocation insert"), Effect.orDie)
 
     const invocations = (functionId: string, limit: number, after: Position | undefined) =>
-      pageWithTotal<InvocationRow>(sql, "function_invocations", sql`function_id = ${functionId}`, limit, after).pipe(Effect.orDie)
+      pageWithTotal<{ readonly id: string }>(sql, "function_invocations", sql`function_id = ${functionId}`, limit, after).pipe(
+        pageRows(InvocationRow, "invocation page"),
+        Effect.orDie
+      )
 
     /** A credential for one invocation's MAILROOM binding: valid until `expiresAt`, stored as a hash. */
     const issueToken = (orgId: string, functionId: string, tokenHash: string, expiresAt: Date) =>
-      sql<{ id: string }>`INSERT INTO function_tokens (org_id, function_id, token_hash, expires_at)
+      sql`INSERT INTO function_tokens (org_id, function_id, token_hash, expires_at)
         VALUES (${orgId}, ${functionId}, ${tokenHash}, ${expiresAt}) RETURNING id`.pipe(
+        allRows(Id, "function token insert"),
         Effect.map((rows) => rows[0]!.id),
         Effect.orDie
       )

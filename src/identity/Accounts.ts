@@ -1,17 +1,22 @@
 /**
- * People and their workspaces: the rows sign-up, claim and device login read and create.
+ * People and their workspaces: the rows sign-up, claim and device login read and create. Rows are
+ * decoded, so a renamed or retyped column fails loudly.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Schema } from "effect"
 import type { Plan } from "../contract/Plans.js"
 import type { Role } from "../contract/Security.js"
+import { allRows, Enum, firstRow } from "../platform/Rows.js"
 import { Provisioning } from "./Provisioning.js"
 
-export interface Workspace {
-  readonly id: string
-  readonly name: string | null
-  readonly role: Role
-}
+const Workspace = Schema.Struct({
+  id: Schema.String,
+  name: Schema.NullOr(Schema.String),
+  role: Enum("owner", "admin", "member") satisfies Schema.Schema<Role>
+})
+export type Workspace = typeof Workspace.Type
+
+const UserRow = Schema.Struct({ id: Schema.String, email: Schema.String, password_hash: Schema.NullOr(Schema.String) })
 
 export const normalizeEmail = (email: string) => email.trim().toLowerCase()
 
@@ -21,22 +26,23 @@ export class Accounts extends Effect.Service<Accounts>()("mailroom/Accounts", {
     const provisioning = yield* Provisioning
 
     const findUser = (email: string) =>
-      Effect.map(
-        sql<{ id: string; email: string; password_hash: string | null }>`
-          SELECT id, email, password_hash FROM users WHERE email = ${normalizeEmail(email)}`,
-        (rows) => Option.fromNullable(rows[0])
-      ).pipe(Effect.orDie)
+      sql`SELECT id, email, password_hash FROM users WHERE email = ${normalizeEmail(email)}`.pipe(
+        firstRow(UserRow, "user by email"),
+        Effect.orDie
+      )
 
     const findUserById = (id: string) =>
-      Effect.map(sql<{ id: string; email: string }>`SELECT id, email FROM users WHERE id = ${id}`, (rows) =>
-        Option.fromNullable(rows[0])).pipe(Effect.orDie)
+      sql`SELECT id, email FROM users WHERE id = ${id}`.pipe(
+        firstRow(UserRow.pipe(Schema.pick("id", "email")), "user by id"),
+        Effect.orDie
+      )
 
     /** Workspaces of a user, owner ones first, then oldest first: the first is the default. */
     const workspaces = (userId: string) =>
-      sql<Workspace>`
+      sql`
         SELECT o.id, o.name, m.role FROM memberships m JOIN organizations o ON o.id = m.org_id
         WHERE m.user_id = ${userId}
-        ORDER BY (m.role = 'owner') DESC, m.created_at, o.id`.pipe(Effect.orDie)
+        ORDER BY (m.role = 'owner') DESC, m.created_at, o.id`.pipe(allRows(Workspace, "workspaces of user"), Effect.orDie)
 
     /** A person and their own `plan` organization with them as owner. */
     const createUserWithOrganization = (
@@ -49,9 +55,9 @@ export class Accounts extends Effect.Service<Accounts>()("mailroom/Accounts", {
       }
     ) =>
       Effect.gen(function*() {
-        const users = yield* sql<{ id: string }>`
+        const users = yield* sql`
           INSERT INTO users (email, password_hash) VALUES (${normalizeEmail(input.email)}, ${input.passwordHash})
-          RETURNING id`
+          RETURNING id`.pipe(allRows(UserRow.pipe(Schema.pick("id")), "user insert"))
         const userId = users[0]!.id
         const org = yield* provisioning.createOrganization({
           name: input.orgName,

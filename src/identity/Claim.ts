@@ -4,14 +4,15 @@
  * keeping its id, API keys and managed inbox. A claim link lets a person finish it in the browser.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Option, Schema } from "effect"
 import { randomUUID } from "node:crypto"
 import { ClaimExpired, Conflict, InvalidGrant, NotFound } from "../contract/Errors.js"
-import { LIMITS } from "../contract/Plans.js"
+import { LIMITS, Plan } from "../contract/Plans.js"
 import { Mailer } from "../mail/Mailer.js"
 import { Templates } from "../mail/Templates.js"
 import { AppConfig } from "../platform/Config.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
+import { allRows, Count, firstRow, NullableTimestamp, Timestamp } from "../platform/Rows.js"
 import { constantTimeEqual, randomToken, sha256Hex } from "../platform/Secrets.js"
 import { Accounts, normalizeEmail } from "./Accounts.js"
 import { CodeHasher } from "./CodeHasher.js"
@@ -30,12 +31,22 @@ export const CLAIM_LIMITS = {
   linkPerOrg: { limit: 10, windowSeconds: 3600 }
 } as const
 
-interface OrgRow {
-  id: string
-  plan: string
-  managed_inbox_address: string | null
-  members: number
-}
+const OrgRow = Schema.Struct({
+  id: Schema.String,
+  plan: Plan,
+  managed_inbox_address: Schema.NullOr(Schema.String),
+  members: Count
+})
+
+/** A claim session as `verify` reads it, and again under its row lock. */
+const SessionRow = Schema.Struct({
+  id: Schema.String,
+  email: Schema.String,
+  code_hash: Schema.String,
+  expires_at: Timestamp,
+  voided_at: NullableTimestamp
+})
+const Id = Schema.Struct({ id: Schema.String })
 
 export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
   effect: Effect.gen(function*() {
@@ -49,9 +60,9 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
 
     const organization = (orgId: string) =>
       Effect.flatMap(
-        sql<OrgRow>`SELECT o.id, o.plan, o.managed_inbox_address,
-                      (SELECT count(*)::int FROM memberships m WHERE m.org_id = o.id) AS members
-                    FROM organizations o WHERE o.id = ${orgId}`.pipe(Effect.orDie),
+        sql`SELECT o.id, o.plan, o.managed_inbox_address,
+              (SELECT count(*)::int FROM memberships m WHERE m.org_id = o.id) AS members
+            FROM organizations o WHERE o.id = ${orgId}`.pipe(allRows(OrgRow, "organization to claim"), Effect.orDie),
         (rows) => rows[0] ? Effect.succeed(rows[0]) : Effect.fail(new NotFound({ message: "organization not found" }))
       )
 
@@ -81,10 +92,10 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
         yield* limiter.enforce(`claim-start:org:${orgId}`, CLAIM_LIMITS.startPerOrg, "claim attempts for this account")
         yield* limiter.enforce(`claim-start:email:${email}`, CLAIM_LIMITS.startPerEmail, "claim emails to this address")
         const now = yield* Clock.currentTimeMillis
-        const open = yield* sql<{ last_sent_at: Date }>`
+        const open = yield* sql`
           SELECT last_sent_at FROM claim_sessions
           WHERE org_id = ${orgId} AND completed_at IS NULL AND voided_at IS NULL AND expires_at > ${new Date(now)}
-          ORDER BY created_at DESC LIMIT 1`.pipe(Effect.orDie)
+          ORDER BY created_at DESC LIMIT 1`.pipe(allRows(Schema.Struct({ last_sent_at: Timestamp }), "open claim session"), Effect.orDie)
         if (open[0]) {
           const elapsed = Math.floor((now - open[0].last_sent_at.getTime()) / 1000)
           if (elapsed < RESEND_AFTER_SECONDS) {
@@ -116,9 +127,12 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
         yield* limiter.enforce(`claim-verify:org:${orgId}`, CLAIM_LIMITS.verifyPerOrg, "claim verification attempts")
         yield* claimable(orgId)
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<{ id: string; email: string; code_hash: string; expires_at: Date; voided_at: Date | null }>`
+        const rows = yield* sql`
           SELECT id, email, code_hash, expires_at, voided_at FROM claim_sessions
-          WHERE org_id = ${orgId} AND completed_at IS NULL ORDER BY created_at DESC LIMIT 1`.pipe(Effect.orDie)
+          WHERE org_id = ${orgId} AND completed_at IS NULL ORDER BY created_at DESC LIMIT 1`.pipe(
+          allRows(SessionRow, "claim session"),
+          Effect.orDie
+        )
         const s = rows[0]
         if (!s) {
           return yield* Effect.fail(new NotFound({ message: "no claim in progress; POST /v1/agent/claim/start first" }))
@@ -132,15 +146,19 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
         const outcome = yield* lockout.attempt(
           s.email,
           Effect.gen(function*() {
-            const rows = yield* sql<{ code_hash: string; voided_at: Date | null }>`
-              SELECT code_hash, voided_at FROM claim_sessions WHERE id = ${s.id} FOR UPDATE`
+            const rows = yield* sql`
+              SELECT code_hash, voided_at FROM claim_sessions WHERE id = ${s.id} FOR UPDATE`.pipe(
+              allRows(SessionRow.pipe(Schema.pick("code_hash", "voided_at")), "claim session locked")
+            )
             const row = rows[0]
             if (!row || row.voided_at !== null) return { ok: false, void: true, left: 0 } as const
             if (constantTimeEqual(hasher.code("claim", s.id, code), row.code_hash)) return { ok: true, void: false, left: 0 } as const
-            const updated = yield* sql<{ failed_attempts: number }>`
+            const updated = yield* sql`
               UPDATE claim_sessions SET failed_attempts = failed_attempts + 1,
                 voided_at = CASE WHEN failed_attempts + 1 >= ${MAX_WRONG_CODES} THEN now() ELSE voided_at END
-              WHERE id = ${s.id} RETURNING failed_attempts`
+              WHERE id = ${s.id} RETURNING failed_attempts`.pipe(
+              allRows(Schema.Struct({ failed_attempts: Schema.Number }), "claim wrong code")
+            )
             return { ok: false, void: false, left: Math.max(0, MAX_WRONG_CODES - (updated[0]?.failed_attempts ?? MAX_WRONG_CODES)) } as const
           }).pipe(Effect.orDie),
           (o) => !o.ok && !o.void
@@ -166,7 +184,7 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
           if (done.length === 0 || upgraded.length === 0) {
             return yield* Effect.fail(new Conflict({ message: "this account was claimed meanwhile" }))
           }
-          const users = yield* sql<{ id: string }>`INSERT INTO users (email) VALUES (${s.email}) RETURNING id`
+          const users = yield* sql`INSERT INTO users (email) VALUES (${s.email}) RETURNING id`.pipe(allRows(Id, "claim user insert"))
           yield* sql`INSERT INTO memberships (org_id, user_id, role) VALUES (${orgId}, ${users[0]!.id}, 'owner')`
           yield* sql`UPDATE claim_links SET used_at = coalesce(used_at, ${new Date(now)}) WHERE org_id = ${orgId}`
         })).pipe(Effect.catchTag("SqlError", Effect.die))
@@ -192,10 +210,12 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
     const linkTarget = (token: string) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<{ id: string; org_id: string }>`
+        return yield* sql`
           SELECT id, org_id FROM claim_links
-          WHERE token_hash = ${sha256Hex(token)} AND used_at IS NULL AND expires_at > ${new Date(now)}`.pipe(Effect.orDie)
-        return Option.fromNullable(rows[0])
+          WHERE token_hash = ${sha256Hex(token)} AND used_at IS NULL AND expires_at > ${new Date(now)}`.pipe(
+          firstRow(Schema.Struct({ id: Schema.String, org_id: Schema.String }), "claim link"),
+          Effect.orDie
+        )
       })
 
     return { start, verify, link, linkTarget, organization } as const

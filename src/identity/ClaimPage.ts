@@ -6,8 +6,9 @@
  */
 import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Option, Schema } from "effect"
 import { isPlainEmailAddress } from "../contract/EmailAddress.js"
+import { allRows } from "../platform/Rows.js"
 import { Claim } from "./Claim.js"
 import { escapeHtml, formFields, hidden, message, page, queryParam, sameOrigin, seeOther } from "./Html.js"
 
@@ -21,9 +22,11 @@ export const ClaimPageLive = HttpApiBuilder.Router.use((router) =>
     const openSession = (orgId: string) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<{ email: string }>`
+        const rows = yield* sql`
           SELECT email FROM claim_sessions WHERE org_id = ${orgId} AND completed_at IS NULL AND voided_at IS NULL
-            AND expires_at > ${new Date(now)} ORDER BY created_at DESC LIMIT 1`
+            AND expires_at > ${new Date(now)} ORDER BY created_at DESC LIMIT 1`.pipe(
+          allRows(Schema.Struct({ email: Schema.String }), "open claim session email")
+        )
         return Option.fromNullable(rows[0]?.email)
       }).pipe(Effect.orDie)
 

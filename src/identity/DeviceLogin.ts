@@ -4,9 +4,10 @@
  * returned exactly once and never stored.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Option, Schema } from "effect"
 import { AccessDenied, AuthorizationPending, ExpiredToken, InvalidGrant, SlowDown } from "../contract/Errors.js"
 import { AppConfig } from "../platform/Config.js"
+import { allRows, Enum, NullableTimestamp, Timestamp } from "../platform/Rows.js"
 import { randomToken, sha256Hex } from "../platform/Secrets.js"
 import type { TokenSet } from "./Api.js"
 import { CodeHasher } from "./CodeHasher.js"
@@ -29,6 +30,19 @@ export interface PendingLogin {
 type PollOutcome =
   | { readonly _tag: "Token"; readonly set: TokenSet }
   | { readonly _tag: "Fail"; readonly error: AuthorizationPending | SlowDown | ExpiredToken | InvalidGrant | AccessDenied }
+
+/** A device login as the poll reads it. */
+const LoginRow = Schema.Struct({
+  id: Schema.String,
+  status: Enum("pending", "approved", "denied", "consumed"),
+  interval_seconds: Schema.Number,
+  last_polled_at: NullableTimestamp,
+  expires_at: Timestamp,
+  user_id: Schema.NullOr(Schema.String),
+  org_id: Schema.NullOr(Schema.String),
+  device_name: Schema.NullOr(Schema.String)
+})
+const PendingRow = LoginRow.pipe(Schema.pick("id", "device_name", "expires_at"))
 
 export class DeviceLogin extends Effect.Service<DeviceLogin>()("mailroom/DeviceLogin", {
   effect: Effect.gen(function*() {
@@ -65,17 +79,11 @@ export class DeviceLogin extends Effect.Service<DeviceLogin>()("mailroom/DeviceL
     const decide = (deviceCode: string) =>
       sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<PollOutcome, never, never> {
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<{
-          id: string
-          status: string
-          interval_seconds: number
-          last_polled_at: Date | null
-          expires_at: Date
-          user_id: string | null
-          org_id: string | null
-          device_name: string | null
-        }>`SELECT id, status, interval_seconds, last_polled_at, expires_at, user_id, org_id, device_name
-           FROM device_logins WHERE device_code_hash = ${sha256Hex(deviceCode)} FOR UPDATE`.pipe(Effect.orDie)
+        const rows = yield* sql`SELECT id, status, interval_seconds, last_polled_at, expires_at, user_id, org_id, device_name
+           FROM device_logins WHERE device_code_hash = ${sha256Hex(deviceCode)} FOR UPDATE`.pipe(
+          allRows(LoginRow, "device login poll"),
+          Effect.orDie
+        )
         const row = rows[0]
         const fail = (error: PollOutcome & { _tag: "Fail" }) => error
         if (!row || row.status === "consumed") {
@@ -131,9 +139,11 @@ export class DeviceLogin extends Effect.Service<DeviceLogin>()("mailroom/DeviceL
         const userCode = normalizeUserCode(rawUserCode)
         if (userCode === "") return Option.none<PendingLogin>()
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<{ id: string; device_name: string | null; expires_at: Date }>`
+        const rows = yield* sql`
           SELECT id, device_name, expires_at FROM device_logins
-          WHERE user_code_hash = ${hasher.userCode(userCode)} AND status = 'pending' AND expires_at > ${new Date(now)}`
+          WHERE user_code_hash = ${hasher.userCode(userCode)} AND status = 'pending' AND expires_at > ${new Date(now)}`.pipe(
+          allRows(PendingRow, "pending device login")
+        )
         return Option.map(Option.fromNullable(rows[0]), (r): PendingLogin => ({
           id: r.id,
           userCode,
@@ -145,7 +155,7 @@ export class DeviceLogin extends Effect.Service<DeviceLogin>()("mailroom/DeviceL
     const approve = (loginId: string, userId: string, orgId: string) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<{ id: string }>`
+        const rows = yield* sql`
           UPDATE device_logins SET status = 'approved', user_id = ${userId}, org_id = ${orgId}, decided_at = ${new Date(now)}
           WHERE id = ${loginId} AND status = 'pending' AND expires_at > ${new Date(now)}
             AND EXISTS (SELECT 1 FROM memberships WHERE user_id = ${userId} AND org_id = ${orgId})
@@ -156,7 +166,7 @@ export class DeviceLogin extends Effect.Service<DeviceLogin>()("mailroom/DeviceL
     const deny = (loginId: string) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<{ id: string }>`
+        const rows = yield* sql`
           UPDATE device_logins SET status = 'denied', decided_at = ${new Date(now)}
           WHERE id = ${loginId} AND status = 'pending' RETURNING id`
         return rows.length > 0

@@ -7,10 +7,11 @@
  * sign-in holds for the one CLI login (user code) it was made for.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Option, Schema } from "effect"
 import { randomUUID } from "node:crypto"
 import { Mailer } from "../mail/Mailer.js"
 import { Templates } from "../mail/Templates.js"
+import { allRows, firstRow, NullableTimestamp } from "../platform/Rows.js"
 import { constantTimeEqual, sha256Hex } from "../platform/Secrets.js"
 import { Accounts, normalizeEmail } from "./Accounts.js"
 import { CodeHasher } from "./CodeHasher.js"
@@ -36,13 +37,22 @@ export type CodeCheck =
   | { readonly _tag: "Expired" }
   | { readonly _tag: "None" }
 
-interface Row {
-  id: string
-  user_id: string | null
-  pending_email: string | null
-  code_expires_at: Date | null
-  login_id: string | null
-}
+const Row = Schema.Struct({
+  id: Schema.String,
+  user_id: Schema.NullOr(Schema.String),
+  pending_email: Schema.NullOr(Schema.String),
+  code_expires_at: NullableTimestamp,
+  login_id: Schema.NullOr(Schema.String)
+})
+type Row = typeof Row.Type
+
+/** What checking a code reads, before and under the row lock. */
+const Pending = Row.pipe(Schema.pick("pending_email", "code_expires_at", "login_id"))
+const Locked = Schema.Struct({
+  pending_email: Row.fields.pending_email,
+  code_expires_at: Row.fields.code_expires_at,
+  code_hash: Schema.NullOr(Schema.String)
+})
 
 const toSession = (r: Row): WebSession => ({
   id: r.id,
@@ -65,10 +75,10 @@ export class DeviceWeb extends Effect.Service<DeviceWeb>()("mailroom/DeviceWeb",
       Effect.gen(function*() {
         if (!hasher.issuedCookie(token)) return Option.none<WebSession>()
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<Row>`
+        const row = yield* sql`
           SELECT id, user_id, pending_email, code_expires_at, login_id FROM device_web_sessions
-          WHERE token_hash = ${sha256Hex(token)} AND expires_at > ${new Date(now)}`
-        return Option.map(Option.fromNullable(rows[0]), toSession)
+          WHERE token_hash = ${sha256Hex(token)} AND expires_at > ${new Date(now)}`.pipe(firstRow(Row, "device web session"))
+        return Option.map(row, toSession)
       }).pipe(Effect.orDie)
 
     /**
@@ -80,7 +90,7 @@ export class DeviceWeb extends Effect.Service<DeviceWeb>()("mailroom/DeviceWeb",
         const now = yield* Clock.currentTimeMillis
         const expires = new Date(now + WEB_SESSION_TTL_SECONDS * 1000)
         const live = sql`s.expires_at > ${new Date(now)}`
-        const rows = yield* sql<Row>`
+        const rows = yield* sql`
           INSERT INTO device_web_sessions AS s (id, token_hash, expires_at)
           VALUES (${randomUUID()}, ${sha256Hex(token)}, ${expires})
           ON CONFLICT (token_hash) DO UPDATE SET
@@ -90,7 +100,7 @@ export class DeviceWeb extends Effect.Service<DeviceWeb>()("mailroom/DeviceWeb",
             code_expires_at = CASE WHEN ${live} THEN s.code_expires_at END,
             login_id = CASE WHEN ${live} THEN s.login_id END,
             expires_at = CASE WHEN ${live} THEN s.expires_at ELSE ${expires} END
-          RETURNING id, user_id, pending_email, code_expires_at, login_id`
+          RETURNING id, user_id, pending_email, code_expires_at, login_id`.pipe(allRows(Row, "device web session upsert"))
         return toSession(rows[0]!)
       }).pipe(Effect.orDie)
 
@@ -122,8 +132,11 @@ export class DeviceWeb extends Effect.Service<DeviceWeb>()("mailroom/DeviceWeb",
     const verifyCode = (sessionId: string, code: string, loginId: string) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<{ pending_email: string | null; code_expires_at: Date | null; login_id: string | null }>`
-          SELECT pending_email, code_expires_at, login_id FROM device_web_sessions WHERE id = ${sessionId}`.pipe(Effect.orDie)
+        const rows = yield* sql`
+          SELECT pending_email, code_expires_at, login_id FROM device_web_sessions WHERE id = ${sessionId}`.pipe(
+          allRows(Pending, "device web code"),
+          Effect.orDie
+        )
         const s = rows[0]
         if (!s || s.pending_email === null || s.code_expires_at === null || s.login_id !== loginId) {
           return { _tag: "None" } as CodeCheck
@@ -133,9 +146,9 @@ export class DeviceWeb extends Effect.Service<DeviceWeb>()("mailroom/DeviceWeb",
         return yield* lockout.attempt(
           email,
           Effect.gen(function*(): Effect.fn.Return<CodeCheck, never, never> {
-            const locked = yield* sql<{ code_hash: string | null; code_expires_at: Date | null; pending_email: string | null }>`
+            const locked = yield* sql`
               SELECT code_hash, code_expires_at, pending_email FROM device_web_sessions WHERE id = ${sessionId} FOR UPDATE`
-              .pipe(Effect.orDie)
+              .pipe(allRows(Locked, "device web code locked"), Effect.orDie)
             const row = locked[0]
             if (!row || row.pending_email !== email || row.code_expires_at === null || row.code_expires_at.getTime() <= now) {
               return { _tag: "Expired" }

@@ -5,9 +5,10 @@
  */
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Option, Schema } from "effect"
 import { InvalidGrant } from "../contract/Errors.js"
 import { Credentials } from "../platform/Credentials.js"
+import { allRows } from "../platform/Rows.js"
 import { displayPrefix, newAccessToken, newRefreshToken, sha256Hex } from "../platform/Secrets.js"
 import type { TokenSet } from "./Api.js"
 
@@ -23,6 +24,8 @@ export interface GrantInput {
   readonly deviceName: string | null
 }
 
+const GrantRow = Schema.Struct({ id: Schema.String, org_id: Schema.String, client_id: Schema.String })
+
 export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -33,7 +36,10 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
       Option.isSome(credentials) ? Effect.forEach(grantIds, credentials.value.forgetGrant, { discard: true }) : Effect.void
 
     const orgName = (orgId: string) =>
-      Effect.map(sql<{ name: string | null }>`SELECT name FROM organizations WHERE id = ${orgId}`, (r) => r[0]?.name ?? null)
+      sql`SELECT name FROM organizations WHERE id = ${orgId}`.pipe(
+        allRows(Schema.Struct({ name: Schema.NullOr(Schema.String) }), "organization name"),
+        Effect.map((r) => r[0]?.name ?? null)
+      )
 
     const tokenSet = (grantId: string, clientId: string, orgId: string, access: string, refresh: string) =>
       Effect.map(orgName(orgId), (name): TokenSet => ({
@@ -57,13 +63,13 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
         const now = yield* Clock.currentTimeMillis
         const access = newAccessToken()
         const refresh = newRefreshToken()
-        const rows = yield* sql<{ id: string }>`
+        const rows = yield* sql`
           INSERT INTO oauth_grants (org_id, user_id, client_id, device_name, access_token_hash, access_expires_at,
                                     refresh_token_hash, refresh_expires_at)
           VALUES (${input.orgId}, ${input.userId}, ${input.clientId}, ${input.deviceName}, ${sha256Hex(access)},
                   ${new Date(now + ACCESS_TOKEN_TTL_SECONDS * 1000)}, ${sha256Hex(refresh)},
                   ${new Date(now + REFRESH_TOKEN_TTL_SECONDS * 1000)})
-          RETURNING id`
+          RETURNING id`.pipe(allRows(Schema.Struct({ id: Schema.String }), "grant insert"))
         return yield* tokenSet(rows[0]!.id, input.clientId, input.orgId, access, refresh)
       }).pipe(Effect.orDie, Effect.withSpan("Grants.issue"))
 
@@ -72,18 +78,18 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
       sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<TokenSet | InvalidGrant, SqlError> {
         const now = yield* Clock.currentTimeMillis
         const hash = sha256Hex(refreshToken)
-        const rows = yield* sql<{ id: string; org_id: string; client_id: string }>`
+        const rows = yield* sql`
           SELECT g.id, g.org_id, g.client_id FROM oauth_grants g
           JOIN memberships m ON m.org_id = g.org_id AND m.user_id = g.user_id
           WHERE g.refresh_token_hash = ${hash} AND g.revoked_at IS NULL
             AND (g.refresh_expires_at IS NULL OR g.refresh_expires_at > ${new Date(now)})
-          FOR UPDATE OF g`
+          FOR UPDATE OF g`.pipe(allRows(GrantRow, "grant to rotate"))
         const grant = rows[0]
         if (!grant) {
-          const reused = yield* sql<{ grant_id: string }>`
+          const reused = yield* sql`
             UPDATE oauth_grants SET revoked_at = coalesce(revoked_at, ${new Date(now)}), updated_at = ${new Date(now)}
             WHERE id = (SELECT grant_id FROM oauth_rotated_refresh_tokens WHERE token_hash = ${hash})
-            RETURNING id AS grant_id`
+            RETURNING id AS grant_id`.pipe(allRows(Schema.Struct({ grant_id: Schema.String }), "reused grant revoke"))
           touched.push(...reused.map((r) => r.grant_id))
           return new InvalidGrant({
             message: reused.length > 0

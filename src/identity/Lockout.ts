@@ -9,9 +9,10 @@
  * (not in the rate-limit windows, which are swept after an hour of inactivity).
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Schema } from "effect"
 import { RateLimitExceeded } from "../contract/Errors.js"
 import { setLimitHeaders } from "../platform/RateLimiter.js"
+import { allRows, Count } from "../platform/Rows.js"
 
 export const VERIFY_FAILURES_PER_EMAIL = { limit: 10, windowSeconds: 24 * 3600 } as const
 
@@ -29,9 +30,11 @@ export class Lockout extends Effect.Service<Lockout>()("mailroom/Lockout", {
         const outcome = yield* sql.withTransaction(Effect.gen(function*() {
           yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`verify-lockout:${email}`}))`
           const now = yield* Clock.currentTimeMillis
-          const rows = yield* sql<{ n: number; oldest: number | null }>`
+          const rows = yield* sql`
             SELECT count(*)::int AS n, extract(epoch FROM min(failed_at))::float8 AS oldest
-            FROM verification_failures WHERE email = ${email} AND failed_at > ${new Date(now - policy.windowSeconds * 1000)}`
+            FROM verification_failures WHERE email = ${email} AND failed_at > ${new Date(now - policy.windowSeconds * 1000)}`.pipe(
+            allRows(Schema.Struct({ n: Count, oldest: Schema.NullOr(Schema.Number) }), "verification failures")
+          )
           const { n, oldest } = rows[0] ?? { n: 0, oldest: null }
           if (n >= policy.limit) {
             const resetMs = (oldest ?? now / 1000) * 1000 + policy.windowSeconds * 1000

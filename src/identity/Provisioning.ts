@@ -4,9 +4,10 @@
  * when asked, an API key returned once and stored only as a hash.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import type { Plan } from "../contract/Plans.js"
 import { AppConfig } from "../platform/Config.js"
+import { allRows } from "../platform/Rows.js"
 import { displayPrefix, newApiKey, randomToken, sha256Hex } from "../platform/Secrets.js"
 
 export interface CreatedOrganization {
@@ -45,6 +46,8 @@ export const inboxNameFromEmail = (email: string): string => {
   return slug
 }
 
+const Id = Schema.Struct({ id: Schema.String })
+
 export class Provisioning extends Effect.Service<Provisioning>()("mailroom/Provisioning", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -74,11 +77,11 @@ export class Provisioning extends Effect.Service<Provisioning>()("mailroom/Provi
       Effect.gen(function*() {
         for (let attempt = 0; attempt < 8; attempt++) {
           const address = input.inboxName === undefined ? managedAddress() : namedAddress(input.inboxName, attempt)
-          const rows = yield* sql<{ id: string }>`
+          const rows = yield* sql`
             INSERT INTO organizations (name, plan, managed_inbox_address)
             SELECT ${input.name}::text, ${input.plan}::text, ${address}::text
              WHERE NOT EXISTS (SELECT 1 FROM inboxes WHERE address = lower(${address}::text))
-            ON CONFLICT (managed_inbox_address) DO NOTHING RETURNING id`
+            ON CONFLICT (managed_inbox_address) DO NOTHING RETURNING id`.pipe(allRows(Id, "organization insert"))
           if (rows[0]) {
             return { id: rows[0].id, name: input.name, plan: input.plan, managedInboxAddress: address } satisfies CreatedOrganization
           }
@@ -89,17 +92,17 @@ export class Provisioning extends Effect.Service<Provisioning>()("mailroom/Provi
     const issueApiKey = (orgId: string, options: { readonly name?: string; readonly createdBy?: string } = {}) =>
       Effect.gen(function*() {
         const apiKey = newApiKey()
-        const rows = yield* sql<{ id: string }>`
+        const rows = yield* sql`
           INSERT INTO api_keys (org_id, created_by, name, key_hash, key_prefix)
           VALUES (${orgId}, ${options.createdBy ?? null}, ${options.name ?? null}, ${sha256Hex(apiKey)}, ${displayPrefix(apiKey)})
-          RETURNING id`
+          RETURNING id`.pipe(allRows(Id, "api key insert"))
         return { id: rows[0]!.id, apiKey, prefix: displayPrefix(apiKey) } satisfies IssuedApiKey
       })
 
     const setPlan = (orgId: string, plan: Plan) =>
       Effect.gen(function*() {
-        const rows = yield* sql<{ id: string }>`
-          UPDATE organizations SET plan = ${plan}, updated_at = now() WHERE id = ${orgId} RETURNING id`
+        const rows = yield* sql`
+          UPDATE organizations SET plan = ${plan}, updated_at = now() WHERE id = ${orgId} RETURNING id`.pipe(allRows(Id, "plan change"))
         return Option.fromNullable(rows[0]?.id)
       })
 

@@ -4,7 +4,7 @@
  * is metered per email and per client address (429 `rate_limit_exceeded`).
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Option, Schema } from "effect"
 import { randomUUID } from "node:crypto"
 import {
   Conflict,
@@ -14,10 +14,11 @@ import {
   RateLimitExceeded,
   ValidationError
 } from "../contract/Errors.js"
-import type { Plan } from "../contract/Plans.js"
+import { Plan } from "../contract/Plans.js"
 import { Mailer } from "../mail/Mailer.js"
 import { Templates } from "../mail/Templates.js"
 import { RateLimiter, setLimitHeaders } from "../platform/RateLimiter.js"
+import { allRows, NullableTimestamp, Timestamp } from "../platform/Rows.js"
 import { constantTimeEqual, randomToken, sha256Hex } from "../platform/Secrets.js"
 import { Accounts, normalizeEmail } from "./Accounts.js"
 import type { TokenSet } from "./Api.js"
@@ -47,18 +48,20 @@ export const SIGNUP_LIMITS = {
 export const SIGNUP_TOKEN_PREFIX = "mr_st_"
 export const signupCodeHash = (code: string) => sha256Hex(`signup_code:${code.trim()}`)
 
-interface SessionRow {
-  id: string
-  email: string
-  code_hash: string
-  failed_attempts: number
-  last_sent_at: Date
-  expires_at: Date
-  signup_code_id: string | null
-  device_name: string | null
-  voided_at: Date | null
-  completed_at: Date | null
-}
+const SessionRow = Schema.Struct({
+  id: Schema.String,
+  email: Schema.String,
+  code_hash: Schema.String,
+  failed_attempts: Schema.Number,
+  last_sent_at: Timestamp,
+  expires_at: Timestamp,
+  signup_code_id: Schema.NullOr(Schema.String),
+  device_name: Schema.NullOr(Schema.String),
+  voided_at: NullableTimestamp,
+  completed_at: NullableTimestamp
+})
+type SessionRow = typeof SessionRow.Type
+const Id = Schema.Struct({ id: Schema.String })
 
 export interface StartInput {
   readonly email: string
@@ -113,9 +116,12 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
         const now = yield* Clock.currentTimeMillis
         let signupCodeId: string | null = null
         if (input.signup_code !== undefined) {
-          const rows = yield* sql<{ id: string }>`
+          const rows = yield* sql`
             SELECT id FROM signup_codes WHERE code_hash = ${signupCodeHash(input.signup_code)}
-              AND redeemed_at IS NULL AND (expires_at IS NULL OR expires_at > ${new Date(now)})`.pipe(Effect.orDie)
+              AND redeemed_at IS NULL AND (expires_at IS NULL OR expires_at > ${new Date(now)})`.pipe(
+            allRows(Id, "signup code"),
+            Effect.orDie
+          )
           if (!rows[0]) return yield* Effect.fail(invalidSignupCode())
           signupCodeId = rows[0].id
         }
@@ -145,10 +151,13 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
     const usable = (flow: Flow, token: string) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<SessionRow>`
+        const rows = yield* sql`
           SELECT id, email, code_hash, failed_attempts, last_sent_at, expires_at, signup_code_id, device_name,
                  voided_at, completed_at
-          FROM signup_sessions WHERE token_hash = ${sha256Hex(token)} AND flow = ${flow}`.pipe(Effect.orDie)
+          FROM signup_sessions WHERE token_hash = ${sha256Hex(token)} AND flow = ${flow}`.pipe(
+          allRows(SessionRow, "signup session"),
+          Effect.orDie
+        )
         const s = rows[0]
         if (!s || s.completed_at !== null) {
           return yield* Effect.fail(new InvalidGrant({ message: "unknown or already used signup_token" }))
@@ -195,15 +204,19 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
         const outcome = yield* lockout.attempt(
           session.email,
           Effect.gen(function*() {
-            const rows = yield* sql<{ code_hash: string; voided_at: Date | null }>`
-              SELECT code_hash, voided_at FROM signup_sessions WHERE id = ${session.id} FOR UPDATE`
+            const rows = yield* sql`
+              SELECT code_hash, voided_at FROM signup_sessions WHERE id = ${session.id} FOR UPDATE`.pipe(
+              allRows(SessionRow.pipe(Schema.pick("code_hash", "voided_at")), "signup session locked")
+            )
             const row = rows[0]
             if (!row || row.voided_at !== null) return { ok: false, left: 0 } as const
             if (constantTimeEqual(hasher.code("signup", session.id, code), row.code_hash)) return { ok: true, left: 0 } as const
-            const updated = yield* sql<{ failed_attempts: number }>`
+            const updated = yield* sql`
               UPDATE signup_sessions SET failed_attempts = failed_attempts + 1,
                 voided_at = CASE WHEN failed_attempts + 1 >= ${MAX_WRONG_CODES} THEN now() ELSE voided_at END
-              WHERE id = ${session.id} RETURNING failed_attempts`
+              WHERE id = ${session.id} RETURNING failed_attempts`.pipe(
+              allRows(SessionRow.pipe(Schema.pick("failed_attempts")), "signup wrong code")
+            )
             return { ok: false, left: Math.max(0, MAX_WRONG_CODES - (updated[0]?.failed_attempts ?? MAX_WRONG_CODES)) } as const
           }).pipe(Effect.orDie),
           (o) => !o.ok
@@ -223,8 +236,8 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
     /** Marks the session used exactly once (two concurrent verifies: one wins). */
     const complete = (sessionId: string) =>
       Effect.flatMap(
-        sql<{ id: string }>`UPDATE signup_sessions SET completed_at = now()
-                            WHERE id = ${sessionId} AND completed_at IS NULL RETURNING id`.pipe(Effect.orDie),
+        sql`UPDATE signup_sessions SET completed_at = now()
+            WHERE id = ${sessionId} AND completed_at IS NULL RETURNING id`.pipe(Effect.orDie),
         (rows) => rows.length > 0 ? Effect.void : Effect.fail(new InvalidGrant({ message: "signup_token already used" }))
       )
 
@@ -233,9 +246,9 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
       Effect.gen(function*() {
         let plan: Plan = "developer"
         if (session.signup_code_id !== null) {
-          const rows = yield* sql<{ plan: Plan }>`
+          const rows = yield* sql`
             UPDATE signup_codes SET redeemed_at = now() WHERE id = ${session.signup_code_id} AND redeemed_at IS NULL
-            RETURNING plan`.pipe(Effect.orDie)
+            RETURNING plan`.pipe(allRows(Schema.Struct({ plan: Plan }), "signup code redeem"), Effect.orDie)
           if (!rows[0]) return yield* Effect.fail(invalidSignupCode())
           plan = rows[0].plan
         }

@@ -19,9 +19,10 @@
  * The signature itself is the payee's service's to verify.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Option, Schema } from "effect"
 import { simpleParser } from "mailparser"
 import { NotFound, PaymentDeclined, PaymentVerificationFailed } from "../contract/Errors.js"
+import { allRows, Timestamp } from "../platform/Rows.js"
 import { replyInput } from "../sending/Replies.js"
 import type { Sender } from "../sending/Sender.js"
 import type { PaymentRequired } from "./Api.js"
@@ -71,9 +72,12 @@ export const makeEmailPayer = (deps: {
   /** The PaymentRequired a received email of the organization carries. */
   const challengeOfEmail = (orgId: string, emailId: string) =>
     Effect.gen(function*() {
-      const rows = yield* sql<{ raw: Uint8Array | null }>`
+      const rows = yield* sql`
         SELECT c.raw FROM emails e JOIN email_contents c ON c.email_id = e.id
-        WHERE e.id = ${emailId} AND e.org_id = ${orgId}`.pipe(Effect.orDie)
+        WHERE e.id = ${emailId} AND e.org_id = ${orgId}`.pipe(
+        allRows(Schema.Struct({ raw: Schema.NullOr(Schema.Uint8ArrayFromSelf) }), "raw of payment email"),
+        Effect.orDie
+      )
       const raw = rows[0]?.raw
       if (raw === undefined || raw === null) return yield* new NotFound({ message: `no email ${emailId}` })
       const text = yield* Effect.promise(() => partOf(raw, PAYMENT_REQUIRED_TYPE).catch(() => null))
@@ -122,10 +126,10 @@ export const makeEmailPayer = (deps: {
         const nowMs = yield* Clock.currentTimeMillis
         const policy = yield* lockedPolicy(sql, orgId)
         const day = utcDay(nowMs)
-        const earlier = yield* sql<{ amount: string; spent_at: Date }>`
+        const earlier = yield* sql`
           SELECT amount::text AS amount, spent_at FROM payment_email_spends
           WHERE org_id = ${orgId} AND network = ${auth.network} AND asset = ${asset} AND payer_address = ${payer}
-            AND nonce = ${auth.nonce}`
+            AND nonce = ${auth.nonce}`.pipe(allRows(Schema.Struct({ amount: Schema.String, spent_at: Timestamp }), "earlier email spend"))
         let spentToday = yield* repo.spentBy(orgId, day.start, day.end)
         // The same authorization mailed again commits nothing more.
         const again = earlier[0]
@@ -134,12 +138,14 @@ export const makeEmailPayer = (deps: {
         if (reasons.length > 0) return yield* refusal("declined", reasons, shownId)
         if (named.length > paysNamed.length) return yield* refusal("verification", ["payto_mismatch"], shownId)
         if (again !== undefined) return null
-        const rows = yield* sql<{ id: string }>`
+        const rows = yield* sql`
           INSERT INTO payment_email_spends (org_id, email_id, network, asset, payer_address, nonce, pay_to, challenge_id,
             amount, spent_at)
           VALUES (${orgId}, ${emailId}, ${auth.network}, ${asset}, ${payer}, ${auth.nonce}, ${auth.to}, ${challengeId},
             ${auth.value.toString()}::numeric, ${new Date(nowMs)})
-          ON CONFLICT (org_id, network, asset, payer_address, nonce) DO NOTHING RETURNING id`
+          ON CONFLICT (org_id, network, asset, payer_address, nonce) DO NOTHING RETURNING id`.pipe(
+          allRows(Schema.Struct({ id: Schema.String }), "email spend insert")
+        )
         return rows[0]?.id ?? null
       }).pipe(
         sql.withTransaction,

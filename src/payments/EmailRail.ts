@@ -16,10 +16,11 @@
  *   crash between the two re-mails the answer and never settles twice.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect, Layer, Option } from "effect"
+import { Clock, Duration, Effect, Layer, Option, Schema } from "effect"
 import { ValidationError } from "../contract/Errors.js"
 import type { EmailStoredHook } from "../inbound/Store.js"
 import { AppConfig } from "../platform/Config.js"
+import { allRows, Enum, JsonColumn, TextArray } from "../platform/Rows.js"
 import { runJobs } from "../platform/JobRunner.js"
 import { backoff, retryAt } from "../platform/RetryPolicy.js"
 import { randomToken } from "../platform/Secrets.js"
@@ -42,23 +43,24 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 const hasPart = (types: ReadonlyArray<string>, type: string) => types.some((t) => t.toLowerCase() === type)
 
 /** What the payee's service mails back: the x402 SettleResponse and our fields. */
-export interface Answer {
-  readonly x402Version: 2
-  readonly success: boolean
-  readonly transaction: string | null
-  readonly network: string | null
-  readonly payer: string | null
-  readonly errorReason: string | null
-  readonly challenge_id: string | null
-  readonly payment_id: string | null
-  readonly status: "settled" | "failed" | "conflict"
-  readonly amount: string | null
-  readonly code: string | null
-  readonly failure_category: string | null
-  readonly reasons: ReadonlyArray<string>
-  readonly retryable: boolean
-  readonly message: string
-}
+export const Answer = Schema.Struct({
+  x402Version: Schema.Literal(2),
+  success: Schema.Boolean,
+  transaction: Schema.NullOr(Schema.String),
+  network: Schema.NullOr(Schema.String),
+  payer: Schema.NullOr(Schema.String),
+  errorReason: Schema.NullOr(Schema.String),
+  challenge_id: Schema.NullOr(Schema.String),
+  payment_id: Schema.NullOr(Schema.String),
+  status: Enum("settled", "failed", "conflict"),
+  amount: Schema.NullOr(Schema.String),
+  code: Schema.NullOr(Schema.String),
+  failure_category: Schema.NullOr(Schema.String),
+  reasons: TextArray,
+  retryable: Schema.Boolean,
+  message: Schema.String
+})
+export type Answer = typeof Answer.Type
 
 const answerOf = (r: PayResult, challenge: ChallengeRow): Answer => {
   const base = {
@@ -124,14 +126,26 @@ const answerText = (a: Answer) =>
       `Challenge: ${a.challenge_id}\n${a.payment_id !== null ? `Payment: ${a.payment_id}\n` : ""}` +
       (a.retryable ? "The same signed payment may be sent again.\n" : "")
 
-interface JobRow {
-  readonly email_id: string
-  readonly org_id: string
-  readonly attempts: number
-  readonly challenge_id: string | null
-  readonly outcome: string | null
-  readonly answer: Answer | null
-}
+const Id = Schema.Struct({ id: Schema.String })
+
+/** What a job reads of its email; `references` is `jsonb`. */
+const PaymentEmail = Schema.Struct({
+  raw: Schema.NullOr(Schema.Uint8ArrayFromSelf),
+  in_reply_to: Schema.NullOr(Schema.String),
+  references: JsonColumn(TextArray),
+  payments: Schema.Boolean
+})
+
+/** A leased job; `answer` (`jsonb`) is kept once worked out, so a retry mails the same one. */
+const JobRow = Schema.Struct({
+  email_id: Schema.String,
+  org_id: Schema.String,
+  attempts: Schema.Number,
+  challenge_id: Schema.NullOr(Schema.String),
+  outcome: Schema.NullOr(Schema.String),
+  answer: JsonColumn(Schema.NullOr(Answer))
+})
+type JobRow = typeof JobRow.Type
 
 export interface EmailRailWorkerOptions {
   /** Longest sleep between looks for jobs (default 200 ms). */
@@ -230,14 +244,16 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
     const matchChallenge = (orgId: string, ids: ReadonlyArray<string>, payload: unknown) =>
       Effect.gen(function*() {
         if (ids.length > 0) {
-          const rows = yield* sql<{ id: string }>`
+          const rows = yield* sql`
             SELECT id FROM payment_challenges WHERE org_id = ${orgId} AND message_id IN ${sql.in(ids)}
-            ORDER BY created_at DESC LIMIT 1`
+            ORDER BY created_at DESC LIMIT 1`.pipe(allRows(Id, "challenge of thread"))
           if (rows[0] !== undefined) return Option.some(rows[0].id)
         }
         const named = (payload as { accepted?: { extra?: { challengeId?: unknown } } } | null)?.accepted?.extra?.challengeId
         if (typeof named === "string" && UUID.test(named)) {
-          const rows = yield* sql<{ id: string }>`SELECT id FROM payment_challenges WHERE org_id = ${orgId} AND id = ${named}`
+          const rows = yield* sql`SELECT id FROM payment_challenges WHERE org_id = ${orgId} AND id = ${named}`.pipe(
+            allRows(Id, "named challenge")
+          )
           if (rows[0] !== undefined) return Option.some(rows[0].id)
         }
         return Option.none<string>()
@@ -273,10 +289,13 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
         let answer = job.answer
         let challengeId = job.challenge_id
         if (answer === null) {
-          const rows = yield* sql<{ raw: Uint8Array | null; in_reply_to: string | null; references: ReadonlyArray<string>; payments: boolean }>`
+          const rows = yield* sql`
             SELECT c.raw, e.in_reply_to, e."references",
               EXISTS (SELECT 1 FROM organization_entitlements g WHERE g.org_id = e.org_id AND g.entitlement = 'payments') AS payments
-            FROM emails e JOIN email_contents c ON c.email_id = e.id WHERE e.id = ${job.email_id}`.pipe(Effect.orDie)
+            FROM emails e JOIN email_contents c ON c.email_id = e.id WHERE e.id = ${job.email_id}`.pipe(
+            allRows(PaymentEmail, "payment email"),
+            Effect.orDie
+          )
           const email = rows[0]
           if (email === undefined || email.raw === null || !email.payments) {
             return yield* finish(job.email_id, token, {
@@ -337,14 +356,14 @@ export class EmailRail extends Effect.Service<EmailRail>()("mailroom/payments/Em
         const token = randomToken(16)
         const nowMs = yield* Clock.currentTimeMillis
         const now = new Date(nowMs)
-        const jobs = yield* sql<JobRow>`
+        const jobs = yield* sql`
           UPDATE payment_email_jobs SET lease_token = ${token}, lease_until = ${new Date(nowMs + leaseMs)},
             attempts = attempts + 1, updated_at = now()
           WHERE email_id IN (
             SELECT email_id FROM payment_email_jobs
             WHERE status = 'pending' AND due_at <= ${now} AND (lease_until IS NULL OR lease_until < ${now})
             ORDER BY due_at LIMIT ${limit} FOR UPDATE SKIP LOCKED)
-          RETURNING email_id, org_id, attempts, challenge_id, outcome, answer`.pipe(Effect.orDie)
+          RETURNING email_id, org_id, attempts, challenge_id, outcome, answer`.pipe(allRows(JobRow, "payment email jobs"), Effect.orDie)
         return jobs.map((job) => ({ job, token }))
       })
 

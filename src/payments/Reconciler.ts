@@ -14,9 +14,10 @@
  * such a payment stays `settling` (logged) until an operator decides.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect, Layer, Option, Schedule } from "effect"
+import { Clock, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { type Address, createPublicClient, type Hex, http, parseAbi, parseAbiItem } from "viem"
 import { AppConfig } from "../platform/Config.js"
+import { allRows, NullableTimestamp, Timestamp } from "../platform/Rows.js"
 import { networkInfo } from "./Networks.js"
 import { PaymentsService } from "./Service.js"
 
@@ -28,15 +29,17 @@ const LOG_LOOKBACK_BLOCKS = 5_000n
 /** A payment whose validBefore was not recorded (claimed before it was) is taken as valid for the longest window. */
 const LONGEST_WINDOW_MS = 86_400_000
 
-interface Stuck {
-  readonly id: string
-  readonly network: string
-  readonly asset: string
-  readonly payer_address: string
-  readonly nonce: string
-  readonly valid_before: Date | null
-  readonly spent_at: Date
-}
+/** A payment left settling: the claim always recorded its payer and nonce. */
+const Stuck = Schema.Struct({
+  id: Schema.String,
+  network: Schema.String,
+  asset: Schema.String,
+  payer_address: Schema.String,
+  nonce: Schema.String,
+  valid_before: NullableTimestamp,
+  spent_at: Timestamp
+})
+type Stuck = typeof Stuck.Type
 
 type ChainVerdict =
   | { readonly kind: "used"; readonly transaction: string | null }
@@ -83,10 +86,10 @@ export class SettlementReconciler extends Effect.Service<SettlementReconciler>()
     /** One pass over the abandoned settling payments; answers how many it ended. */
     const pass = Effect.gen(function*() {
       const nowMs = yield* Clock.currentTimeMillis
-      const stuck = yield* sql<Stuck>`
+      const stuck = yield* sql`
         SELECT id, network, asset, payer_address, nonce, valid_before, spent_at FROM payments
         WHERE status = 'settling' AND spent_at < ${new Date(nowMs - abandonedAfterMs)}
-        ORDER BY spent_at LIMIT 100`.pipe(Effect.orDie)
+        ORDER BY spent_at LIMIT 100`.pipe(allRows(Stuck, "settling payments"), Effect.orDie)
       if (stuck.length === 0) return 0
       if (Option.isNone(client)) {
         yield* Effect.logWarning(

@@ -2,57 +2,14 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
-import { Count, NullableTimestamp, rowsOrDie, TextArray, Timestamp } from "../platform/Rows.js"
+import { allRows, Count, NullableTimestamp, rowsOrDie, TextArray, Timestamp } from "../platform/Rows.js"
 import type { Challenge, Payment, PaymentRequired, PayoutAddress } from "./Api.js"
 import { atomicOf, fromAtomic } from "./Money.js"
 import { networkInfo } from "./Networks.js"
 import type { SpendPolicy } from "./Policy.js"
+import { ChallengeRow, PaymentRow } from "./Rows.js"
 
-/** A payment challenge as the columns of `CHALLENGE_COLUMNS` (or `*`) give it; the amount as text. */
-export const ChallengeRow = Schema.Struct({
-  id: Schema.String,
-  org_id: Schema.String,
-  amount: Schema.String,
-  asset: Schema.String,
-  network: Schema.String,
-  pay_to: Schema.String,
-  payer_address: Schema.NullOr(Schema.String),
-  description: Schema.NullOr(Schema.String),
-  nonce: Schema.String,
-  max_timeout_seconds: Schema.Number,
-  expires_at: Timestamp,
-  payment_id: Schema.NullOr(Schema.String),
-  paid_at: NullableTimestamp,
-  created_at: Timestamp,
-  /** The email rail: where the challenge was mailed, and the sent email. */
-  deliver_to: Schema.NullOr(Schema.String),
-  sent_email_id: Schema.NullOr(Schema.String)
-})
-export type ChallengeRow = typeof ChallengeRow.Type
-
-export const PaymentRow = Schema.Struct({
-  id: Schema.String,
-  challenge_id: Schema.String,
-  rail: Schema.Literal("http", "email"),
-  payer_org_id: Schema.NullOr(Schema.String),
-  payee_org_id: Schema.String,
-  status: Schema.Literal("settling", "settled", "failed"),
-  amount: Schema.String,
-  asset: Schema.String,
-  network: Schema.String,
-  payer_address: Schema.NullOr(Schema.String),
-  pay_to: Schema.String,
-  nonce: Schema.NullOr(Schema.String),
-  transaction: Schema.NullOr(Schema.String),
-  failure_code: Schema.NullOr(Schema.String),
-  failure_category: Schema.NullOr(Schema.Literal("declined", "cap", "verification", "settlement")),
-  failure_reasons: Schema.NullOr(TextArray),
-  failure_message: Schema.NullOr(Schema.String),
-  spent_at: Timestamp,
-  settled_at: NullableTimestamp,
-  created_at: Timestamp
-})
-export type PaymentRow = typeof PaymentRow.Type
+export { ChallengeRow, PaymentRow } from "./Rows.js"
 
 export const PolicyRow = Schema.Struct({
   paused: Schema.Boolean,
@@ -251,19 +208,21 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
      * and the signed authorizations it mailed (the email rail).
      */
     const spentBy = (payerOrgId: string, start: Date, end: Date) =>
-      sql<{ total: string }>`
+      sql`
         SELECT (
           (SELECT coalesce(sum(amount), 0) FROM payments
            WHERE payer_org_id = ${payerOrgId} AND status IN ('settling', 'settled') AND spent_at >= ${start} AND spent_at < ${end})
           + (SELECT coalesce(sum(amount), 0) FROM payment_email_spends
              WHERE org_id = ${payerOrgId} AND spent_at >= ${start} AND spent_at < ${end})
         )::text AS total`.pipe(
+        allRows(Schema.Struct({ total: Schema.String }), "spent by payer"),
         Effect.map((rows) => atomicOf(rows[0]?.total ?? "0")),
         Effect.orDie
       )
 
     const payoutAddress = (orgId: string, network: string) =>
-      sql<{ address: string }>`SELECT address FROM payout_addresses WHERE org_id = ${orgId} AND network = ${network}`.pipe(
+      sql`SELECT address FROM payout_addresses WHERE org_id = ${orgId} AND network = ${network}`.pipe(
+        allRows(Schema.Struct({ address: Schema.String }), "payout address"),
         Effect.map((rows) => Option.fromNullable(rows[0]?.address)),
         Effect.orDie
       )
@@ -287,7 +246,8 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
 
     /** The organizations whose payout address on `network` is `address` (any case). */
     const ownersOf = (network: string, address: string) =>
-      sql<{ org_id: string }>`SELECT org_id FROM payout_addresses WHERE network = ${network} AND lower(address) = ${address.toLowerCase()}`.pipe(
+      sql`SELECT org_id FROM payout_addresses WHERE network = ${network} AND lower(address) = ${address.toLowerCase()}`.pipe(
+        allRows(Schema.Struct({ org_id: Schema.String }), "payout address owners"),
         Effect.map((rows) => rows.map((r) => r.org_id)),
         Effect.orDie
       )

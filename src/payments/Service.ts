@@ -20,12 +20,13 @@
  */
 import { SqlClient } from "@effect/sql"
 import type { PaymentPayload, PaymentRequirements } from "@x402/core/types"
-import { Clock, Data, Effect, Fiber, Layer, Option } from "effect"
+import { Clock, Data, Effect, Fiber, Layer, Option, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import type { Address } from "viem"
 import { NoPayoutAddress, NotFound, ValidationError } from "../contract/Errors.js"
 import { OrgEvents } from "../events/OrgEvents.js"
 import { AppConfig } from "../platform/Config.js"
+import { allRows } from "../platform/Rows.js"
 import { uniqueViolation } from "../platform/SqlErrors.js"
 import { addressProblemText, parseEvmAddress } from "./Address.js"
 import type { SqlError } from "@effect/sql/SqlError"
@@ -36,6 +37,7 @@ import { atomicOf, toAtomic } from "./Money.js"
 import { networkInfo } from "./Networks.js"
 import { makeRails, type Rail } from "./Rails.js"
 import { type ChallengeRow, paymentEventData, paymentRequiredOf, type PaymentRow, PaymentsRepo, toPayment } from "./Repo.js"
+import { CHALLENGE_COLUMNS, challengeRows, PAYMENT_COLUMNS, paymentRows } from "./Rows.js"
 import { SettleCaps } from "./SettleCaps.js"
 import { type Authorization, payloadNonce, payloadValue, verifyPayment } from "./Verifier.js"
 
@@ -47,12 +49,6 @@ const invalid = (field: string, reason: string) =>
 
 /** Inside the claiming transaction: the authorization's nonce is bound to another challenge (rolls the claim back). */
 class NonceTaken extends Data.TaggedError("NonceTaken") {}
-
-const CHALLENGE_COLUMNS = `id, org_id, amount::text AS amount, asset, network, pay_to, payer_address, description, nonce,
-  max_timeout_seconds, expires_at, payment_id, paid_at, created_at, deliver_to, sent_email_id`
-const PAYMENT_COLUMNS = `id, challenge_id, rail, payer_org_id, payee_org_id, status, amount::text AS amount, asset, network,
-  payer_address, pay_to, nonce, transaction, failure_code, failure_category, failure_reasons, failure_message, spent_at,
-  settled_at, created_at`
 
 export type PayResult =
   | { readonly _tag: "Settled"; readonly payment: PaymentRow }
@@ -71,13 +67,15 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
     const caps = yield* SettleCaps
 
     const challengeById = (id: string) =>
-      sql.unsafe<ChallengeRow>(`SELECT ${CHALLENGE_COLUMNS} FROM payment_challenges WHERE id = $1`, [id]).pipe(
+      sql.unsafe(`SELECT ${CHALLENGE_COLUMNS} FROM payment_challenges WHERE id = $1`, [id]).pipe(
+        challengeRows,
         Effect.map((rows) => Option.fromNullable(rows[0])),
         Effect.orDie
       )
 
     const paymentById = (id: string) =>
-      sql.unsafe<PaymentRow>(`SELECT ${PAYMENT_COLUMNS} FROM payments WHERE id = $1`, [id]).pipe(
+      sql.unsafe(`SELECT ${PAYMENT_COLUMNS} FROM payments WHERE id = $1`, [id]).pipe(
+        paymentRows,
         Effect.map((rows) => rows[0]!),
         Effect.orDie
       )
@@ -109,13 +107,13 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         const now = yield* Clock.currentTimeMillis
         const expiresAt = new Date(now + (body.expires_in ?? DEFAULT_EXPIRES_IN) * 1000)
         const nonce = `0x${randomBytes(32).toString("hex")}`
-        const rows = yield* sql.unsafe<ChallengeRow>(
+        const rows = yield* sql.unsafe(
           `INSERT INTO payment_challenges (org_id, amount, asset, network, pay_to, payer_address, description, nonce,
              max_timeout_seconds, expires_at, created_at)
            VALUES ($1, $2::numeric, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING ${CHALLENGE_COLUMNS}`,
           [orgId, amount.toString(), info.asset, network, payTo.value, payer, body.description ?? null, nonce,
             MAX_TIMEOUT_SECONDS, expiresAt, new Date(now)]
-        ).pipe(Effect.orDie)
+        ).pipe(challengeRows, Effect.orDie)
         return rows[0]!
       })
 
@@ -152,7 +150,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
     /** A failure before any claim: recorded as a failed payment and emitted, in one transaction. */
     const recordFailure = (a: Attempt, failure: PaymentFailure) =>
       Effect.gen(function*() {
-        const rows = yield* sql.unsafe<PaymentRow>(
+        const rows = yield* sql.unsafe(
           `INSERT INTO payments (challenge_id, rail, payer_org_id, payee_org_id, status, amount, asset, network,
              payer_address, pay_to, nonce, failure_code, failure_category, failure_reasons, failure_message, spent_at, created_at)
            VALUES ($1, $2, $3, $4, 'failed', $5::numeric, $6, $7, $8, $9, $10, $11, $12, $13::text[], $14, $15, $15)
@@ -160,7 +158,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
           [a.challenge.id, a.rail.rail, a.rail.payerOrgId, a.challenge.org_id, a.challenge.amount, a.challenge.asset,
             a.challenge.network, a.payerAddress, a.challenge.pay_to, a.nonce, failure.code, failure.category,
             pgArray(failure.reasons), failure.message, new Date(a.nowMs)]
-        )
+        ).pipe(paymentRows)
         const payment = rows[0]!
         yield* emitFailed(payment, a.rail, failure, a.nowMs)
         return { _tag: "Failed", payment, failure } as const
@@ -177,7 +175,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         const refusal = yield* a.rail.guardLocked(auth.value, a.nowMs)
         if (refusal !== null) return { _tag: "Refused", failure: refusal } as Claim
         const paymentId = crypto.randomUUID()
-        const claimed = yield* sql<{ id: string }>`
+        const claimed = yield* sql`
           UPDATE payment_challenges SET payment_id = ${paymentId}
           WHERE id = ${a.challenge.id} AND payment_id IS NULL AND paid_at IS NULL AND expires_at > ${new Date(a.nowMs)}
           RETURNING id`
@@ -194,18 +192,19 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
         }
         // The first pay of a challenge that gets this far binds the authorization's nonce to it; the
         // same (network, asset, payer, nonce) bound to another challenge undoes the claim.
-        const bound = yield* sql<{ challenge_id: string }>`
+        const bound = yield* sql`
           INSERT INTO payment_nonces (network, asset, payer_address, nonce, challenge_id, created_at)
           VALUES (${a.challenge.network}, ${a.challenge.asset.toLowerCase()}, ${auth.from.toLowerCase()}, ${auth.nonce},
             ${a.challenge.id}, ${new Date(a.nowMs)})
           ON CONFLICT (network, asset, payer_address, nonce) DO NOTHING RETURNING challenge_id`
         if (bound.length === 0) {
-          const holder = yield* sql<{ challenge_id: string }>`
+          const holder = yield* sql`
             SELECT challenge_id FROM payment_nonces WHERE network = ${a.challenge.network}
               AND asset = ${a.challenge.asset.toLowerCase()} AND payer_address = ${auth.from.toLowerCase()} AND nonce = ${auth.nonce}`
+            .pipe(allRows(Schema.Struct({ challenge_id: Schema.String }), "payment nonce holder"))
           if (holder[0]?.challenge_id !== a.challenge.id) return yield* new NonceTaken()
         }
-        const rows = yield* sql.unsafe<PaymentRow>(
+        const rows = yield* sql.unsafe(
           `INSERT INTO payments (id, challenge_id, rail, payer_org_id, payee_org_id, status, amount, asset, network,
              payer_address, pay_to, nonce, spent_at, created_at, valid_before)
            VALUES ($1, $2, $3, $4, $5, 'settling', $6::numeric, $7, $8, $9, $10, $11, $12, $12, $13) RETURNING ${PAYMENT_COLUMNS}`,
@@ -213,7 +212,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
             a.challenge.asset, a.challenge.network, auth.from, a.challenge.pay_to, auth.nonce, new Date(a.nowMs),
             // Verified: at most a day ahead, so a Date holds it.
             new Date(Number(auth.validBefore) * 1000)]
-        )
+        ).pipe(paymentRows)
         return { _tag: "Claimed", payment: rows[0]! } as Claim
       }).pipe(
         sql.withTransaction,
@@ -240,11 +239,11 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
     const finishSettled = (a: Attempt, payment: PaymentRow, transaction: string | null) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql.unsafe<PaymentRow>(
+        const rows = yield* sql.unsafe(
           `UPDATE payments SET status = 'settled', transaction = $2, settled_at = $3, updated_at = $3
            WHERE id = $1 AND status = 'settling' RETURNING ${PAYMENT_COLUMNS}`,
           [payment.id, transaction, new Date(now)]
-        )
+        ).pipe(paymentRows)
         const settled = rows[0]
         if (settled === undefined) return resolvedMeanwhile(payment)
         yield* sql`UPDATE payment_challenges SET paid_at = ${new Date(now)} WHERE id = ${a.challenge.id} AND payment_id = ${payment.id}`
@@ -255,11 +254,11 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
     const finishFailed = (a: Attempt, payment: PaymentRow, failure: PaymentFailure) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql.unsafe<PaymentRow>(
+        const rows = yield* sql.unsafe(
           `UPDATE payments SET status = 'failed', failure_code = $2, failure_category = $3, failure_reasons = $4::text[],
              failure_message = $5, updated_at = $6 WHERE id = $1 AND status = 'settling' RETURNING ${PAYMENT_COLUMNS}`,
           [payment.id, failure.code, failure.category, pgArray(failure.reasons), failure.message, new Date(now)]
-        )
+        ).pipe(paymentRows)
         const failed = rows[0]
         if (failed === undefined) return resolvedMeanwhile(payment)
         yield* sql`UPDATE payment_challenges SET payment_id = NULL WHERE id = ${a.challenge.id} AND payment_id = ${payment.id}`
@@ -277,8 +276,8 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
       outcome: { readonly _tag: "Settled"; readonly transaction: string | null } | Extract<SettleOutcome, { _tag: "Failed" }>
     ) =>
       Effect.gen(function*() {
-        const rows = yield* sql.unsafe<PaymentRow>(`SELECT ${PAYMENT_COLUMNS} FROM payments WHERE id = $1 AND status = 'settling'`, [paymentId])
-          .pipe(Effect.orDie)
+        const rows = yield* sql.unsafe(`SELECT ${PAYMENT_COLUMNS} FROM payments WHERE id = $1 AND status = 'settling'`, [paymentId])
+          .pipe(paymentRows, Effect.orDie)
         const payment = rows[0]
         if (payment === undefined) return Option.none<PayResult>()
         const challenge = Option.getOrThrow(yield* challengeById(payment.challenge_id))
@@ -301,11 +300,12 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
       Effect.gen(function*() {
         const n = payloadNonce(payload)
         if (n === null) return false
-        const rows = yield* sql<{ taken: boolean }>`
+        const rows = yield* sql`
           SELECT EXISTS (
               SELECT 1 FROM payment_nonces WHERE network = ${challenge.network} AND asset = ${challenge.asset.toLowerCase()}
                 AND payer_address = ${n.from.toLowerCase()} AND nonce = ${n.nonce} AND challenge_id <> ${challenge.id})
             OR EXISTS (SELECT 1 FROM payment_challenges WHERE nonce = ${n.nonce} AND id <> ${challenge.id}) AS taken`
+          .pipe(allRows(Schema.Struct({ taken: Schema.Boolean }), "payment nonce taken"))
         return rows[0]?.taken === true
       }).pipe(Effect.orDie)
 

@@ -6,7 +6,8 @@
  * row, so two payments racing for the last of a cap cannot both pass.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
+import { allRows } from "../platform/Rows.js"
 import type { CapReason } from "./Failures.js"
 import { atomicOf, toAtomic } from "./Money.js"
 import { utcDay, utcMonth } from "./Policy.js"
@@ -31,6 +32,13 @@ export const capReasons = (caps: Caps, amount: bigint, usedToday: bigint, usedTh
   return reasons
 }
 
+/** The caps as text (`numeric`: no float on the way); null is the default. */
+const CapsRow = Schema.Struct({
+  per_settle: Schema.NullOr(Schema.String),
+  daily: Schema.NullOr(Schema.String),
+  monthly: Schema.NullOr(Schema.String)
+})
+
 export class SettleCaps extends Effect.Service<SettleCaps>()("mailroom/payments/SettleCaps", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -38,10 +46,9 @@ export class SettleCaps extends Effect.Service<SettleCaps>()("mailroom/payments/
     const capsOf = (orgId: string, lock: boolean) =>
       Effect.gen(function*() {
         const rows = yield* (lock
-          ? sql<{ per_settle: string | null; daily: string | null; monthly: string | null }>`
-              SELECT per_settle::text, daily::text, monthly::text FROM settle_caps WHERE org_id = ${orgId} FOR UPDATE`
-          : sql<{ per_settle: string | null; daily: string | null; monthly: string | null }>`
-              SELECT per_settle::text, daily::text, monthly::text FROM settle_caps WHERE org_id = ${orgId}`)
+          ? sql`SELECT per_settle::text, daily::text, monthly::text FROM settle_caps WHERE org_id = ${orgId} FOR UPDATE`
+          : sql`SELECT per_settle::text, daily::text, monthly::text FROM settle_caps WHERE org_id = ${orgId}`)
+          .pipe(allRows(CapsRow, "settle caps"))
         const row = rows[0]
         return {
           perSettle: row?.per_settle == null ? DEFAULT_CAPS.perSettle : atomicOf(row.per_settle),
@@ -55,12 +62,13 @@ export class SettleCaps extends Effect.Service<SettleCaps>()("mailroom/payments/
       Effect.gen(function*() {
         const day = utcDay(nowMs)
         const month = utcMonth(nowMs)
-        const rows = yield* sql<{ today: string; month: string }>`
+        const rows = yield* sql`
           SELECT coalesce(sum(amount) FILTER (WHERE spent_at >= ${day.start} AND spent_at < ${day.end}), 0)::text AS today,
                  coalesce(sum(amount), 0)::text AS month
           FROM payments
           WHERE payee_org_id = ${orgId} AND rail = 'email' AND status IN ('settling', 'settled')
             AND spent_at >= ${month.start} AND spent_at < ${month.end}`
+          .pipe(allRows(Schema.Struct({ today: Schema.String, month: Schema.String }), "settle cap usage"))
         return { today: atomicOf(rows[0]?.today ?? "0"), month: atomicOf(rows[0]?.month ?? "0") }
       })
 

@@ -4,8 +4,9 @@
  * for its publisher, when published and for as long as the entry is trusted (see `stillSendable`).
  */
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
 import { CannotSendFromDomain } from "../contract/Errors.js"
+import { allRows, JsonColumn, TextArray } from "../platform/Rows.js"
 
 export interface SendableAddresses {
   readonly managed: string | null
@@ -44,16 +45,19 @@ export const validSenders = (s: SendableAddresses): ReadonlyArray<string> => [
 export const onlySender = (s: SendableAddresses): string | undefined =>
   s.managed !== null && s.domains.length === 0 ? s.managed : undefined
 
+/** `inboxes` and `domains` are `json` arrays, handed over parsed. */
+const SendersRow = Schema.Struct({ managed: Schema.NullOr(Schema.String), inboxes: JsonColumn(TextArray), domains: JsonColumn(TextArray) })
+
 export const sendableAddresses = (orgId: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql<{ managed: string | null; inboxes: ReadonlyArray<string>; domains: ReadonlyArray<string> }>`
+    const rows = yield* sql`
       SELECT o.managed_inbox_address AS managed,
         coalesce((SELECT json_agg(i.address ORDER BY i.created_at, i.id) FROM inboxes i
           WHERE i.org_id = o.id AND NOT i.is_default), '[]'::json) AS inboxes,
         coalesce((SELECT json_agg(d.domain ORDER BY d.domain) FROM domains d
           WHERE d.org_id = o.id AND d.verified_at IS NOT NULL), '[]'::json) AS domains
-      FROM organizations o WHERE o.id = ${orgId}`.pipe(Effect.orDie)
+      FROM organizations o WHERE o.id = ${orgId}`.pipe(allRows(SendersRow, "sendable addresses"), Effect.orDie)
     return {
       managed: rows[0]?.managed ?? null,
       inboxes: rows[0]?.inboxes ?? [],

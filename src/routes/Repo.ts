@@ -1,23 +1,28 @@
-/** SQL of the Routes area. */
+/** SQL of the Routes area. Rows are decoded, so a renamed or retyped column fails loudly. */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Schema } from "effect"
 import { Conflict } from "../contract/Errors.js"
 import type { Position } from "../contract/Paging.js"
 import { catchUnique } from "../platform/SqlErrors.js"
 import type { Route } from "./Api.js"
 import { pageWithTotal } from "../platform/Listing.js"
+import { decodeRows, firstRow, pageRows, Timestamp } from "../platform/Rows.js"
 
-export interface RouteRow {
-  readonly id: string
-  readonly org_id: string
-  readonly pattern: string
-  readonly domain_id: string | null
-  readonly endpoint_id: string
+const RouteRow = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  pattern: Schema.String,
+  domain_id: Schema.NullOr(Schema.String),
+  endpoint_id: Schema.String,
   /** Set by the database (migrations/0150) from the pattern: the managed-domain inbox it is on. */
-  readonly inbox_id: string | null
-  readonly created_at: Date
-  readonly updated_at: Date
-}
+  inbox_id: Schema.NullOr(Schema.String),
+  created_at: Timestamp,
+  updated_at: Timestamp
+})
+export type RouteRow = typeof RouteRow.Type
+
+/** The row a statement that always returns one gave. */
+const one = (what: string) => (rows: ReadonlyArray<unknown>) => Effect.map(decodeRows(RouteRow, what)(rows), (r) => r[0]!)
 
 export const toRoute = (r: RouteRow): Route => ({
   id: r.id,
@@ -37,32 +42,29 @@ export class RoutesRepo extends Effect.Service<RoutesRepo>()("mailroom/RoutesRep
 
     const insert = (r: { orgId: string; pattern: string; domainId: string | null; endpointId: string }) =>
       catchUnique(
-        sql<RouteRow>`INSERT INTO routes (org_id, pattern, domain_id, endpoint_id)
+        sql`INSERT INTO routes (org_id, pattern, domain_id, endpoint_id)
           VALUES (${r.orgId}, ${r.pattern}, ${r.domainId}, ${r.endpointId}) RETURNING *`,
         duplicate(r.pattern)
-      ).pipe(Effect.map((rows) => rows[0]!))
+      ).pipe(Effect.flatMap(one("route insert")))
 
     const find = (orgId: string, id: string) =>
-      sql<RouteRow>`SELECT * FROM routes WHERE id = ${id} AND org_id = ${orgId}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
-        Effect.orDie
-      )
+      sql`SELECT * FROM routes WHERE id = ${id} AND org_id = ${orgId}`.pipe(firstRow(RouteRow, "route find"), Effect.orDie)
 
     const list = (orgId: string, limit: number, after: Position | undefined) =>
-      pageWithTotal<RouteRow>(sql, "routes", sql`org_id = ${orgId}`, limit, after).pipe(Effect.orDie)
+      pageWithTotal<{ readonly id: string }>(sql, "routes", sql`org_id = ${orgId}`, limit, after).pipe(
+        pageRows(RouteRow, "route page"),
+        Effect.orDie
+      )
 
     const update = (id: string, r: { pattern: string; domainId: string | null; endpointId: string }) =>
       catchUnique(
-        sql<RouteRow>`UPDATE routes SET pattern = ${r.pattern}, domain_id = ${r.domainId}, endpoint_id = ${r.endpointId},
+        sql`UPDATE routes SET pattern = ${r.pattern}, domain_id = ${r.domainId}, endpoint_id = ${r.endpointId},
             updated_at = now() WHERE id = ${id} RETURNING *`,
         duplicate(r.pattern)
-      ).pipe(Effect.map((rows) => rows[0]!))
+      ).pipe(Effect.flatMap(one("route update")))
 
     const remove = (orgId: string, id: string) =>
-      sql<RouteRow>`DELETE FROM routes WHERE id = ${id} AND org_id = ${orgId} RETURNING *`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
-        Effect.orDie
-      )
+      sql`DELETE FROM routes WHERE id = ${id} AND org_id = ${orgId} RETURNING *`.pipe(firstRow(RouteRow, "route delete"), Effect.orDie)
 
     return { insert, find, list, update, remove } as const
   })

@@ -4,12 +4,13 @@
  * domains) and what it points at (an endpoint, or a function's endpoint).
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { NotFound } from "../contract/Errors.js"
 import { EndpointsRepo } from "../endpoints/Repo.js"
 import { EndpointsService, invalid } from "../endpoints/Service.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { AppConfig } from "../platform/Config.js"
+import { allRows } from "../platform/Rows.js"
 import { parseRoutePattern } from "./Patterns.js"
 import { RoutesRepo } from "./Repo.js"
 
@@ -34,7 +35,10 @@ export class RoutesService extends Effect.Service<RoutesService>()("mailroom/Rou
         const p = parseRoutePattern(raw)
         if (p === undefined) return yield* invalid("pattern", "must be an address pattern such as support@acme.com or *@acme.com")
         if (p.domain === managed) {
-          const rows = yield* sql<{ a: string }>`SELECT address AS a FROM inboxes WHERE org_id = ${org}`.pipe(Effect.orDie)
+          const rows = yield* sql`SELECT address AS a FROM inboxes WHERE org_id = ${org}`.pipe(
+            allRows(Schema.Struct({ a: Schema.String }), "inbox addresses of route"),
+            Effect.orDie
+          )
           const locals = rows.map((r) => r.a.split("@")[0]!)
           if (!locals.some((l) => p.local === l || p.local.startsWith(`${l}+`))) {
             return yield* invalid("pattern", `on ${managed} only this organization's inbox addresses (and their +tag forms) can be routed`)

@@ -6,10 +6,11 @@
  * transaction, so concurrent sends never overshoot.
  */
 import { SqlClient } from "@effect/sql"
-import { type Context, Effect } from "effect"
+import { type Context, Effect, Option, Schema } from "effect"
 import { CannotSendFromDomain, type Gate, RecipientNotAllowed, RecipientSuppressed, ValidationError } from "../contract/Errors.js"
-import { type Entitlement, entitlementsOf, LIMITS, type Plan } from "../contract/Plans.js"
+import { Entitlement, entitlementsOf, LIMITS, Plan } from "../contract/Plans.js"
 import type { AppConfigShape } from "../platform/Config.js"
+import { firstRow, JsonColumn } from "../platform/Rows.js"
 import { canSendFrom, onlySender, sendableAddresses, validSenders } from "../registries/Senders.js"
 import type { SendOutcomes } from "./Outcomes.js"
 import type { SendingRepo } from "./Repo.js"
@@ -31,6 +32,9 @@ export interface OrgFacts {
   readonly discardEnabled: boolean
 }
 
+/** `granted` is `json` (an array the drivers hand over parsed). */
+const FactsRow = Schema.Struct({ plan: Plan, discard: Schema.Boolean, granted: JsonColumn(Schema.Array(Entitlement)) })
+
 /** The organization-state checks, over the send path's own SQL client, repository and outcomes port. */
 export const sendChecks = (deps: {
   readonly sql: SqlClient.SqlClient
@@ -42,12 +46,13 @@ export const sendChecks = (deps: {
   const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
 
   const orgFacts = (orgId: string) =>
-    sql<{ plan: Plan; discard: boolean; granted: ReadonlyArray<Entitlement> }>`
+    sql`
       SELECT o.plan, o.discard_content_on_webhook_confirmed AS discard,
         coalesce((SELECT json_agg(g.entitlement) FROM organization_entitlements g WHERE g.org_id = o.id), '[]'::json) AS granted
       FROM organizations o WHERE o.id = ${orgId}`.pipe(
-      Effect.map((rows): OrgFacts => {
-        const r = rows[0] ?? { plan: "agent" as const, discard: false, granted: [] }
+      firstRow(FactsRow, "organization facts of send"),
+      Effect.map((row): OrgFacts => {
+        const r = Option.getOrElse(row, () => ({ plan: "agent" as const, discard: false, granted: [] }))
         return { plan: r.plan, entitlements: entitlementsOf(r.plan, r.granted), discardEnabled: r.discard }
       }),
       Effect.orDie

@@ -4,10 +4,11 @@
  * default, which it may not be allowed to use.
  */
 import type { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { Forbidden } from "../contract/Errors.js"
 import type { Principal } from "../contract/Security.js"
 import { inboxesOf } from "../platform/InboxLimit.js"
+import { allRows } from "../platform/Rows.js"
 import { parseMailbox } from "../mail/Addresses.js"
 
 /** The addresses of the key's inboxes in the key's order; undefined for a caller with no inbox limit. */
@@ -16,8 +17,11 @@ const addressesOf = (sql: SqlClient.SqlClient, p: Principal) =>
     const ids = inboxesOf(p)
     if (ids === undefined) return undefined
     if (ids.length === 0) return []
-    const rows = yield* sql<{ id: string; address: string }>`
-      SELECT id, address FROM inboxes WHERE org_id = ${p.orgId} AND id IN ${sql.in(ids)}`.pipe(Effect.orDie)
+    const rows = yield* sql`
+      SELECT id, address FROM inboxes WHERE org_id = ${p.orgId} AND id IN ${sql.in(ids)}`.pipe(
+      allRows(Schema.Struct({ id: Schema.String, address: Schema.String }), "inbox addresses of key"),
+      Effect.orDie
+    )
     return ids.flatMap((id) => rows.filter((r) => r.id === id).map((r) => r.address.toLowerCase()))
   })
 

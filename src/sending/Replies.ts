@@ -7,28 +7,32 @@
  * original was received at. A forward attaches the original's raw MIME as `message/rfc822`.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Option, Schema } from "effect"
 import addressparser from "nodemailer/lib/addressparser"
 import { InboundNotRepliable, NotFound } from "../contract/Errors.js"
 import { type OrgScope, orgOf, scoped } from "../platform/InboxLimit.js"
+import { Enum, firstRow, JsonColumn, TextArray } from "../platform/Rows.js"
 import { canSendFrom, sendableAddresses } from "../registries/Senders.js"
 import type { ForwardMail, ReplyMail } from "./Api.js"
 import { asList } from "../mail/Addresses.js"
 import type { SendInput } from "./Sender.js"
 
-interface OriginalRow {
-  readonly id: string
-  readonly status: "accepted" | "rejected"
-  readonly recipient: string
-  readonly from_address: string | null
-  readonly to_addresses: ReadonlyArray<string>
-  readonly cc_addresses: ReadonlyArray<string>
-  readonly subject: string | null
-  readonly message_id: string | null
-  readonly references: ReadonlyArray<string>
-  readonly headers: Record<string, string>
-  readonly discarded: boolean
-}
+/** What a reply or forward reads of the original; the lists and headers are `jsonb`. */
+const OriginalRow = Schema.Struct({
+  id: Schema.String,
+  status: Enum("accepted", "rejected", "quarantined"),
+  recipient: Schema.String,
+  from_address: Schema.NullOr(Schema.String),
+  to_addresses: JsonColumn(TextArray),
+  cc_addresses: JsonColumn(TextArray),
+  subject: Schema.NullOr(Schema.String),
+  message_id: Schema.NullOr(Schema.String),
+  references: JsonColumn(TextArray),
+  headers: JsonColumn(Schema.Record({ key: Schema.String, value: Schema.String })),
+  discarded: Schema.Boolean
+})
+
+const RawRow = Schema.Struct({ raw: Schema.NullOr(Schema.Uint8ArrayFromSelf) })
 
 export type NotRepliableReason = "rejected" | "content_discarded" | "no_message_id" | "no_recipient"
 
@@ -62,13 +66,12 @@ export const forwardSubject = (subject: string | null) => {
 export const loadOriginal = (scope: OrgScope, id: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql<OriginalRow>`
+    const row = yield* sql`
       SELECT id, status, recipient, from_address, to_addresses, cc_addresses, subject, message_id, "references", headers,
              content_discarded_at IS NOT NULL AS discarded
-      FROM emails WHERE id = ${id} AND ${scoped(sql, scope)}`.pipe(Effect.orDie)
-    const row = rows[0]
-    if (row === undefined) return yield* new NotFound({ message: `no email ${id}` })
-    return row
+      FROM emails WHERE id = ${id} AND ${scoped(sql, scope)}`.pipe(firstRow(OriginalRow, "original of reply"), Effect.orDie)
+    if (Option.isNone(row)) return yield* new NotFound({ message: `no email ${id}` })
+    return row.value
   })
 
 export const replyInput = (scope: OrgScope, id: string, body: ReplyMail) =>
@@ -113,8 +116,11 @@ export const forwardInput = (scope: OrgScope, id: string, body: ForwardMail) =>
     const sql = yield* SqlClient.SqlClient
     const o = yield* loadOriginal(scope, id)
     if (o.discarded) return yield* notRepliable(id, "content_discarded", "forwarded")
-    const raw = yield* sql<{ raw: Uint8Array | null }>`SELECT raw FROM email_contents WHERE email_id = ${id}`.pipe(Effect.orDie)
-    const bytes = raw[0]?.raw
+    const raw = yield* sql`SELECT raw FROM email_contents WHERE email_id = ${id}`.pipe(
+      firstRow(RawRow, "raw of forwarded email"),
+      Effect.orDie
+    )
+    const bytes = Option.getOrUndefined(raw)?.raw
     if (bytes === undefined || bytes === null) return yield* notRepliable(id, "content_discarded", "forwarded")
     return {
       kind: "forward",

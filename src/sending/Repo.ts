@@ -2,74 +2,79 @@
  * SQL of Sending. Every sent email is written by `recordSentEmail` (one statement: the row and its
  * content), so whatever else must happen when a sent email comes into being (threading) hooks in
  * there. A row's outcome is written by `finish`, fenced by the lease token of whoever sent it.
+ * Rows are decoded, so a renamed or retyped column fails loudly.
  */
 import { SqlClient, type Statement } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { extractReplyText } from "../mail/ReplyText.js"
 import { type OrgScope, scoped } from "../platform/InboxLimit.js"
 import { pageWithTotal } from "../platform/Listing.js"
-import type { SentEmail, SentEmailDetail, SentStatus } from "./Api.js"
+import { allRows, Count, Enum, firstRow, JsonColumn, NullableTimestamp, pageRows, TextArray, Timestamp } from "../platform/Rows.js"
+import { type SentEmail, type SentEmailDetail, SentStatus } from "./Api.js"
 
-export interface StoredAttachment {
-  readonly filename: string
-  readonly content_type: string
-  readonly content_base64: string
-}
-
-export interface SentRow {
-  readonly id: string
-  readonly org_id: string
-  readonly status: SentStatus
-  readonly kind: "send" | "reply" | "forward"
-  readonly source_email_id: string | null
-  readonly from_header: string
-  readonly from_address: string
-  readonly to_addresses: ReadonlyArray<string>
-  readonly cc_addresses: ReadonlyArray<string>
-  readonly bcc_addresses: ReadonlyArray<string>
-  readonly reply_to: string | null
-  readonly subject: string
-  readonly message_id: string
-  readonly thread_id: string | null
+/** A sent email as stored; the address lists, references, attachments and bounce are `jsonb`. */
+export const SentRow = Schema.Struct({
+  id: Schema.String,
+  org_id: Schema.String,
+  status: SentStatus,
+  kind: Enum("send", "reply", "forward"),
+  source_email_id: Schema.NullOr(Schema.String),
+  from_header: Schema.String,
+  from_address: Schema.String,
+  to_addresses: JsonColumn(TextArray),
+  cc_addresses: JsonColumn(TextArray),
+  bcc_addresses: JsonColumn(TextArray),
+  reply_to: Schema.NullOr(Schema.String),
+  subject: Schema.String,
+  message_id: Schema.String,
+  thread_id: Schema.NullOr(Schema.String),
   /** Set by the database (migrations/0150) from the from address. */
-  readonly inbox_id?: string | null
-  readonly in_reply_to: string | null
-  readonly references: ReadonlyArray<string>
-  readonly send_at: Date | null
-  readonly sent_at: Date | null
-  readonly due_at: Date | null
-  readonly attempt_count: number
-  readonly lease_token: string | null
-  readonly lease_until: Date | null
-  readonly quota_at: Date | null
-  readonly error_code: string | null
-  readonly error_message: string | null
-  readonly relay_response: string | null
-  readonly discard_content: boolean
-  readonly content_discarded: boolean
+  inbox_id: Schema.optional(Schema.NullOr(Schema.String)),
+  in_reply_to: Schema.NullOr(Schema.String),
+  references: JsonColumn(TextArray),
+  send_at: NullableTimestamp,
+  sent_at: NullableTimestamp,
+  due_at: NullableTimestamp,
+  attempt_count: Schema.Number,
+  lease_token: Schema.NullOr(Schema.String),
+  lease_until: NullableTimestamp,
+  quota_at: NullableTimestamp,
+  error_code: Schema.NullOr(Schema.String),
+  error_message: Schema.NullOr(Schema.String),
+  relay_response: Schema.NullOr(Schema.String),
+  discard_content: Schema.Boolean,
+  content_discarded: Schema.Boolean,
   /** Sent by an automation (a function's MAILROOM binding): it counts on the loop guard's budgets. */
-  readonly automated: boolean
-  readonly attachments: ReadonlyArray<{ readonly filename: string; readonly content_type: string; readonly size_bytes: number }>
-  readonly created_at: Date
+  automated: Schema.Boolean,
+  attachments: JsonColumn(Schema.Array(Schema.Struct({ filename: Schema.String, content_type: Schema.String, size_bytes: Schema.Number }))),
+  created_at: Timestamp,
   /** The latest bounce or complaint (src/bounces), null before one. */
-  readonly bounce: {
-    readonly type: "hard" | "soft" | "complaint"
-    readonly status: string | null
-    readonly diagnostic: string | null
-    readonly received_at: string
-    readonly recipient: string | null
-  } | null
-}
+  bounce: JsonColumn(Schema.NullOr(Schema.Struct({
+    type: Enum("hard", "soft", "complaint"),
+    status: Schema.NullOr(Schema.String),
+    diagnostic: Schema.NullOr(Schema.String),
+    received_at: Schema.String,
+    recipient: Schema.optionalWith(Schema.NullOr(Schema.String), { default: () => null })
+  })))
+})
+export type SentRow = typeof SentRow.Type
 
-export interface ContentRow {
-  readonly text_body: string | null
-  readonly html_body: string | null
+const StoredAttachment = Schema.Struct({ filename: Schema.String, content_type: Schema.String, content_base64: Schema.String })
+export type StoredAttachment = typeof StoredAttachment.Type
+
+const ContentRow = Schema.Struct({
+  text_body: Schema.NullOr(Schema.String),
+  html_body: Schema.NullOr(Schema.String),
   /** The reply text (src/mail/ReplyText.ts), computed when the row is written; absent on a new row's content. */
-  readonly extracted_text?: string | null
-  readonly headers: Record<string, string>
-  readonly attachments: ReadonlyArray<StoredAttachment>
-}
+  extracted_text: Schema.optional(Schema.NullOr(Schema.String)),
+  headers: JsonColumn(Schema.Record({ key: Schema.String, value: Schema.String })),
+  attachments: JsonColumn(Schema.Array(StoredAttachment))
+})
+export type ContentRow = typeof ContentRow.Type
+
+const Counted = Schema.Struct({ n: Count })
+const Recipients = SentRow.pipe(Schema.pick("to_addresses", "cc_addresses", "bcc_addresses"))
 
 /** A new sent email: everything the row and its content hold when it is created. */
 export interface NewSentEmail {
@@ -150,7 +155,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
 
     /** The one write of a new sent email (row + content). */
     const recordSentEmail = (m: NewSentEmail) =>
-      sql<SentRow>`
+      sql`
         WITH content AS (
           INSERT INTO sent_email_contents (sent_email_id, text_body, html_body, extracted_text, headers, attachments)
           VALUES (${m.id}, ${m.content.text_body}, ${m.content.html_body}, ${extractReplyText(m.content.text_body, m.content.html_body)},
@@ -165,17 +170,17 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
           ${m.subject}, ${m.messageId}, ${m.inReplyTo}, ${JSON.stringify(m.references)}::jsonb, ${m.sendAt}, ${m.dueAt},
           ${m.lease?.token ?? null}, ${m.lease?.until ?? null}, ${m.quotaAt}, ${m.discardContent}, ${m.automated},
           ${JSON.stringify(attachmentMeta(m.content.attachments))}::jsonb)
-        RETURNING *`.pipe(Effect.map((rows) => rows[0]!), Effect.orDie)
+        RETURNING *`.pipe(allRows(SentRow, "sent email insert"), Effect.map((rows) => rows[0]!), Effect.orDie)
 
     const find = (scope: OrgScope, id: string) =>
-      sql<SentRow>`SELECT * FROM sent_emails WHERE id = ${id} AND ${scoped(sql, scope)}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+      sql`SELECT * FROM sent_emails WHERE id = ${id} AND ${scoped(sql, scope)}`.pipe(
+        firstRow(SentRow, "sent email find"),
         Effect.orDie
       )
 
     const content = (id: string) =>
-      sql<ContentRow>`SELECT text_body, html_body, extracted_text, headers, attachments FROM sent_email_contents WHERE sent_email_id = ${id}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
+      sql`SELECT text_body, html_body, extracted_text, headers, attachments FROM sent_email_contents WHERE sent_email_id = ${id}`.pipe(
+        firstRow(ContentRow, "sent email content"),
         Effect.orDie
       )
 
@@ -187,7 +192,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
         readonly inboxId?: string | undefined }
     ) => {
       const to = f.to?.trim().toLowerCase()
-      return pageWithTotal<SentRow>(
+      return pageWithTotal<{ readonly id: string }>(
         sql,
         "sent_emails",
         sql.and([
@@ -203,25 +208,25 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
         ]),
         limit,
         after
-      ).pipe(Effect.orDie)
+      ).pipe(pageRows(SentRow, "sent email page"), Effect.orDie)
     }
 
     /** Writes a send's outcome if `token` still holds the row; the row as it now is, or none when the lease was lost. */
     const finish = (id: string, token: string, o: Outcome) =>
-      sql<SentRow>`
+      sql`
         UPDATE sent_emails SET status = ${o.status}, sent_at = ${o.status === "sent" ? o.at : null},
           relay_response = ${o.relayResponse}, error_code = ${o.error?.code ?? null}, error_message = ${o.error?.message ?? null},
           error_details = ${o.error === null ? null : JSON.stringify(o.error.details ?? null)}::jsonb,
           attempt_count = attempt_count + 1, lease_token = NULL, lease_until = NULL, due_at = NULL,
           content_discarded = (discard_content AND ${o.status === "sent"}), updated_at = now()
         WHERE id = ${id} AND lease_token = ${token} RETURNING *`.pipe(
-        Effect.tap((rows) =>
-          rows[0] !== undefined && rows[0].content_discarded
+        firstRow(SentRow, "sent email finish"),
+        Effect.tap((row) =>
+          Option.isSome(row) && row.value.content_discarded
             ? sql`UPDATE sent_email_contents SET text_body = NULL, html_body = NULL, extracted_text = NULL, attachments = '[]'::jsonb
                   WHERE sent_email_id = ${id}`
             : Effect.void
         ),
-        Effect.map((rows) => Option.fromNullable(rows[0])),
         Effect.orDie
       )
 
@@ -233,46 +238,49 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
 
     /** Takes due scheduled sends (and immediate ones whose process died: `sending`) whose lease is free (SKIP LOCKED: processes never take the same row). */
     const claimDue = (now: Date, token: string, leaseUntil: Date, batch: number) =>
-      sql<SentRow>`
+      sql`
         UPDATE sent_emails s SET lease_token = ${token}, lease_until = ${leaseUntil}
         WHERE s.id IN (
           SELECT id FROM sent_emails
            WHERE status IN ('scheduled', 'sending') AND due_at <= ${now} AND (lease_until IS NULL OR lease_until < ${now})
            ORDER BY due_at LIMIT ${batch} FOR UPDATE SKIP LOCKED)
-        RETURNING s.*`.pipe(Effect.orDie)
+        RETURNING s.*`.pipe(allRows(SentRow, "sent email claim"), Effect.orDie)
 
     /** The earliest due time of a scheduled send (the timers sleep until then). */
-    const nextDue = sql<{ due: Date | null }>`SELECT min(GREATEST(due_at, coalesce(lease_until, due_at))) AS due
+    const nextDue = sql`SELECT min(GREATEST(due_at, coalesce(lease_until, due_at))) AS due
       FROM sent_emails WHERE status IN ('scheduled', 'sending')`.pipe(
-      Effect.map((rows) => rows[0]?.due ?? null),
+      firstRow(Schema.Struct({ due: NullableTimestamp }), "next due send"),
+      Effect.map((row) => Option.isSome(row) ? row.value.due : null),
       Effect.orDie
     )
 
     /** Changes a scheduled send no one is sending right now; none otherwise. */
     const reschedule = (scope: OrgScope, id: string, sendAt: Date, now: Date) =>
-      sql<SentRow>`UPDATE sent_emails SET send_at = ${sendAt}, due_at = ${sendAt}, attempt_count = 0, updated_at = now()
+      sql`UPDATE sent_emails SET send_at = ${sendAt}, due_at = ${sendAt}, attempt_count = 0, updated_at = now()
         WHERE id = ${id} AND ${scoped(sql, scope)} AND status = 'scheduled' AND (lease_until IS NULL OR lease_until < ${now})
-        RETURNING *`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
+        RETURNING *`.pipe(firstRow(SentRow, "sent email reschedule"), Effect.orDie)
 
     const cancel = (scope: OrgScope, id: string, now: Date) =>
-      sql<SentRow>`UPDATE sent_emails SET status = 'canceled', due_at = NULL, updated_at = now()
+      sql`UPDATE sent_emails SET status = 'canceled', due_at = NULL, updated_at = now()
         WHERE id = ${id} AND ${scoped(sql, scope)} AND status = 'scheduled' AND (lease_until IS NULL OR lease_until < ${now})
-        RETURNING *`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
+        RETURNING *`.pipe(firstRow(SentRow, "sent email cancel"), Effect.orDie)
 
     /** Sends counted in the last hour and the last 24 hours, and when the oldest of each leaves its window. */
     const usage = (orgId: string, now: Date) =>
-      sql<{ hour: number; day: number; oldest_hour: Date | null; oldest_day: Date | null }>`
+      sql`
         SELECT count(*) FILTER (WHERE quota_at > ${new Date(now.getTime() - 3600_000)})::int AS hour,
                count(*)::int AS day,
                min(quota_at) FILTER (WHERE quota_at > ${new Date(now.getTime() - 3600_000)}) AS oldest_hour,
                min(quota_at) AS oldest_day
           FROM sent_emails WHERE org_id = ${orgId} AND quota_at > ${new Date(now.getTime() - 86_400_000)}`.pipe(
+        allRows(Schema.Struct({ hour: Count, day: Count, oldest_hour: NullableTimestamp, oldest_day: NullableTimestamp }), "send usage"),
         Effect.map((rows) => rows[0]!),
         Effect.orDie
       )
 
     const scheduledCount = (orgId: string) =>
-      sql<{ n: number }>`SELECT count(*)::int AS n FROM sent_emails WHERE org_id = ${orgId} AND status = 'scheduled'`.pipe(
+      sql`SELECT count(*)::int AS n FROM sent_emails WHERE org_id = ${orgId} AND status = 'scheduled'`.pipe(
+        allRows(Counted, "scheduled send count"),
         Effect.map((rows) => rows[0]?.n ?? 0),
         Effect.orDie
       )
@@ -287,17 +295,19 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
 
     /** Which of `addresses` have sent the organization accepted mail. */
     const knownAmong = (orgId: string, addresses: ReadonlyArray<string>) =>
-      addresses.length === 0 ? Effect.succeed(new Set<string>()) : sql<{ address: string }>`
+      addresses.length === 0 ? Effect.succeed(new Set<string>()) : sql`
         SELECT address FROM known_addresses WHERE org_id = ${orgId} AND address IN ${sql.in(addresses)}`.pipe(
+        allRows(Schema.Struct({ address: Schema.String }), "known addresses"),
         Effect.map((rows) => new Set(rows.map((r) => r.address))),
         Effect.orDie
       )
 
     /** Automated sends to the thread since `since`, and when the oldest of them was made. */
     const automatedInThread = (threadId: string, since: Date) =>
-      sql<{ n: number; oldest: Date | null }>`
+      sql`
         SELECT count(*)::int AS n, min(created_at) AS oldest FROM sent_emails
         WHERE thread_id = ${threadId} AND automated AND status <> 'canceled' AND created_at > ${since}`.pipe(
+        allRows(Schema.Struct({ n: Count, oldest: NullableTimestamp }), "automated sends in thread"),
         Effect.map((rows) => rows[0] ?? { n: 0, oldest: null }),
         Effect.orDie
       )
@@ -307,7 +317,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
      * received in it not marked automatic, or a send made with a person's credential.
      */
     const automatedSinceLastPerson = (orgId: string, threadId: string) =>
-      sql<{ to_addresses: ReadonlyArray<string>; cc_addresses: ReadonlyArray<string>; bcc_addresses: ReadonlyArray<string> }>`
+      sql`
         SELECT to_addresses, cc_addresses, bcc_addresses FROM sent_emails
         WHERE thread_id = ${threadId} AND automated AND status <> 'canceled'
           AND created_at > greatest(
@@ -315,7 +325,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
                         AND NOT auto_submitted AND status = 'accepted'), '-infinity'::timestamptz),
             coalesce((SELECT max(created_at) FROM sent_emails WHERE thread_id = ${threadId} AND NOT automated
                         AND status <> 'canceled'), '-infinity'::timestamptz))
-        ORDER BY created_at DESC LIMIT 1000`.pipe(Effect.orDie)
+        ORDER BY created_at DESC LIMIT 1000`.pipe(allRows(Recipients, "automated recipients"), Effect.orDie)
 
     return {
       automatedInThread,

@@ -3,11 +3,11 @@
  * email. Suppression rows are decoded; sent-email rows are the sending area's (its `SentRow`).
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option, Schema } from "effect"
+import { Effect, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
 import { decodeFirst, Enum, orDieRows, pageRows, Timestamp } from "../platform/Rows.js"
-import type { SentRow } from "../sending/Repo.js"
+import { SentRow } from "../sending/Repo.js"
 
 export const SuppressionRow = Schema.Struct({
   id: Schema.String,
@@ -71,21 +71,21 @@ export class SuppressionsRepo extends Effect.Service<SuppressionsRepo>()("mailro
 
     /** A sent email of any organization (a VERP token names it; the token proved it). */
     const sentEmail = (id: string) =>
-      sql<SentRow>`SELECT * FROM sent_emails WHERE id = ${id}`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])), Effect.orDie)
+      sql`SELECT * FROM sent_emails WHERE id = ${id}`.pipe(Effect.orDie, Effect.flatMap(decodeFirst(SentRow, "sent email by VERP id")))
 
     /**
      * Records a bounce or complaint on a relayed message; a complaint is never downgraded to a bounce.
      * None when the message was not relayed (nothing to report about).
      */
     const markOutcome = (id: string, status: "bounced" | "complained", bounce: BounceRecord) =>
-      sql<SentRow>`
+      sql`
         UPDATE sent_emails SET
           status = CASE WHEN status = 'complained' THEN 'complained' ELSE ${status} END,
           bounce = CASE WHEN status = 'complained' AND ${status} = 'bounced' THEN bounce ELSE ${JSON.stringify(bounce)}::jsonb END,
           updated_at = now()
         WHERE id = ${id} AND status IN ('sent', 'bounced', 'complained') RETURNING *`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0])),
-        Effect.orDie
+        Effect.orDie,
+        Effect.flatMap(decodeFirst(SentRow, "sent email outcome"))
       )
 
     return { suppressedAmong, list, remove, suppress, sentEmail, markOutcome } as const

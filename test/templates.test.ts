@@ -282,8 +282,12 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("templates", (it) =>
         expect(ann).toMatchObject({ count: 2, last_subject: "second" })
         const bob = yield* call("GET", key("bob@example.org"), { token: org.token })
         expect(bob.body.data.value).toMatchObject({ count: 1, last_subject: "hello" })
-        const deliveries = yield* call("GET", "/v1/webhooks/deliveries", { token: org.token })
-        expect(deliveries.body.data.every((d: { status: string }) => d.status === "delivered")).toBe(true)
+        // The function writes its memory before it returns, so its delivery is marked a moment later.
+        const statuses = yield* until("the three deliveries to settle", Effect.map(call("GET", "/v1/webhooks/deliveries", { token: org.token }), (r) => {
+          const all = (r.body.data as Array<{ status: string }>).map((d) => d.status)
+          return all.length === 3 && all.every((s) => s !== "pending") ? all : undefined
+        }))
+        expect(statuses.every((s) => s === "delivered")).toBe(true)
       }))
 
     it.scoped("forward-to-webhook re-posts the event with a signature the receiver verifies; a failing target is retried", () =>

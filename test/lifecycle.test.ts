@@ -15,19 +15,10 @@ import nodemailer from "nodemailer"
 import { fetchReply } from "./support/http.js"
 import { freePort } from "./support/harness.js"
 import { baseEnv, createOrg, openDb, scratchDb, sleep, startReceiver, startService } from "./faults/support.js"
+import { childEnv } from "./support/childEnv.js"
 
 const ROOT = new URL("../", import.meta.url).pathname
 const database = process.env.DATABASE_URL ? "PostgreSQL" : "PGlite"
-
-const childEnv = (env: Record<string, string>) => {
-  const out: Record<string, string> = {}
-  for (const [k, v] of Object.entries(process.env)) {
-    if (v !== undefined && k !== "DATABASE_URL" && !k.startsWith("VITEST") && k !== "NODE_OPTIONS" && !k.startsWith("npm_")) {
-      out[k] = v
-    }
-  }
-  return { ...out, ...env }
-}
 
 const isAlive = (pid: number) => {
   try {

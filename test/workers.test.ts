@@ -17,19 +17,10 @@ import nodemailer from "nodemailer"
 import { freePort } from "./support/harness.js"
 import { fetchReply } from "./support/http.js"
 import { baseEnv, createOrg, scratchDb, sleep, startReceiver } from "./faults/support.js"
+import { childEnv } from "./support/childEnv.js"
 
 const ROOT = new URL("../", import.meta.url).pathname
 const onPostgres = (process.env.DATABASE_URL ?? "") !== ""
-
-const childEnv = (env: Record<string, string>) => {
-  const out: Record<string, string> = {}
-  for (const [k, v] of Object.entries(process.env)) {
-    if (v !== undefined && k !== "DATABASE_URL" && !k.startsWith("VITEST") && k !== "NODE_OPTIONS" && !k.startsWith("npm_")) {
-      out[k] = v
-    }
-  }
-  return { ...out, ...env }
-}
 
 const waitUntil = async (what: string, check: () => boolean | Promise<boolean>, ms: number) => {
   const until = Date.now() + ms

@@ -67,6 +67,21 @@ export const downloadUrls = (base: string, emailId: string, attachments: number)
     }
   })
 
+/** An email's attachments with their download links, and its raw and archive links, as shown. */
+export const linksOf = (
+  attachments: ReadonlyArray<{ readonly filename: string | null; readonly content_type: string; readonly size_bytes: number }>,
+  urls: { readonly raw: string; readonly attachments: string; readonly each: ReadonlyArray<string> }
+) => ({
+  attachments: attachments.map((a, i) => ({
+    filename: a.filename,
+    content_type: a.content_type,
+    size_bytes: a.size_bytes,
+    download_url: urls.each[i]!
+  })),
+  raw_url: urls.raw,
+  attachments_url: urls.attachments
+})
+
 /**
  * The stored reply text; mail stored before it was computed at ingestion (its column null while
  * there is a body) gets it computed here.
@@ -87,12 +102,5 @@ export const toEmail = (
     text: row.content_discarded_at === null ? row.text_body : null,
     html: row.content_discarded_at === null ? row.html_body : null,
     extracted_text: row.content_discarded_at === null ? replyText(row) : null,
-    attachments: row.attachments.map((a, i) => ({
-      filename: a.filename,
-      content_type: a.content_type,
-      size_bytes: a.size_bytes,
-      download_url: urls.each[i]!
-    })),
-    raw_url: urls.raw,
-    attachments_url: urls.attachments
+    ...linksOf(row.attachments, urls)
   }))

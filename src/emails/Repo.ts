@@ -126,7 +126,7 @@ export class EmailsRepo extends Effect.Service<EmailsRepo>()("mailroom/EmailsRep
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    /** The list's filter rules, over the columns of a summary (unqualified: any `listOver` source). */
+    /** The list's filter rules, over the columns of a summary (unqualified, so they apply to every `listOver` source). */
     const filters = (q: EmailListQuery) => {
       const conds = [sql`true`]
       if (q.recipient !== undefined) conds.push(sql`recipient = ${q.recipient.toLowerCase()}`)

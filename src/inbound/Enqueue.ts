@@ -7,7 +7,7 @@
  * log only (the `/v1/events` stream).
  */
 import { Effect, Option } from "effect"
-import { downloadUrls } from "../emails/Present.js"
+import { downloadUrls, linksOf } from "../emails/Present.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { replyTextOf } from "../mail/ReplyText.js"
 import { evaluateFilters, evaluateRules } from "../filters/Evaluate.js"
@@ -133,14 +133,7 @@ export class DeliveryHook extends Effect.Service<DeliveryHook>()("mailroom/Deliv
             auth: message.auth,
             auto_submitted: isAutoSubmitted(p.headers),
             trust: email.trust,
-            attachments: p.attachments.map((a, i) => ({
-              filename: a.filename,
-              content_type: a.content_type,
-              size_bytes: a.size_bytes,
-              download_url: urls.each[i]!
-            })),
-            raw_url: urls.raw,
-            attachments_url: urls.attachments
+            ...linksOf(p.attachments, urls)
           }
         })
         const payload = serializeEvent(event)

@@ -99,7 +99,7 @@ export const scopeTable = (api: HttpApi.HttpApi.Any): ReadonlyMap<string, Scope 
 }
 
 export class Policy extends Context.Tag("mailroom/Policy")<Policy, {
-  /** The scope an operation needs, by method and route template; undefined: any valid credential. */
+  /** The scope an operation needs, by method and route template; undefined: every valid credential may call it. */
   readonly scopeOf: (method: string, route: string) => Scope | undefined
   /** The organization's plan and entitlements (an unknown organization: `agent`, nothing granted). */
   readonly factsOf: (orgId: string) => Effect.Effect<OrgFacts>

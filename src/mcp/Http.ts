@@ -2,8 +2,8 @@
  * `/mcp`: the Model Context Protocol over Streamable HTTP (JSON responses, no sessions), on
  * @effect/ai's McpServer. Each POST is one request of the API's pipeline (counted on the
  * organization's window, its credential resolved once); a missing or bad credential is the same 401
- * as `/v1`'s. A tool call runs its operation's request through the API's own router in process, so
- * validation, handlers, scopes, errors and idempotency are the operation's; its result is the
+ * as `/v1`'s. A tool call runs its operation's request in process through the route the API registered for it
+ * (Routes.ts), so validation, handlers, scopes, errors and idempotency are the operation's; its result is the
  * operation's response body, and an error answers `isError: true` with the error envelope. A
  * `tools/call` posted alone skips the RPC server (Direct.ts): same handler, same answer.
  */
@@ -20,6 +20,7 @@ import { creatingOperations, Idempotency } from "../platform/Idempotency.js"
 import { ResolvedPrincipal } from "../platform/RequestContext.js"
 import { dispatchAdmitted } from "../platform/RequestPipeline.js"
 import { directCall } from "./Direct.js"
+import { operationRoutes } from "./Routes.js"
 import { failure, OUTPUT_SCHEMAS, registerTools, resultOf, type Run } from "./Register.js"
 import { withOutputSchemas } from "./Serialization.js"
 
@@ -60,7 +61,8 @@ const ToolsLive = Layer.effectDiscard(Effect.gen(function*() {
   const app = yield* Effect.cached(
     HttpApiBuilder.httpApp.pipe(HttpRouter.withRouterConfig({ maxParamLength: 4096 }), Effect.provide(context))
   )
-  const runs = yield* registerTools((_spec, req) =>
+  const routes = yield* Effect.cached(Effect.provide(operationRoutes, context))
+  const runs = yield* registerTools((spec, req) =>
     // The HTTP services (request, platform) are the POST's own: the handler runs in its context.
     Effect.gen(function*() {
       const outer = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
@@ -75,7 +77,8 @@ const ToolsLive = Layer.effectDiscard(Effect.gen(function*() {
         headers: Headers.fromInput(headers),
         ...Option.match(outer.value.remoteAddress, { onNone: () => ({}), onSome: (remoteAddress) => ({ remoteAddress }) })
       })
-      const response = yield* dispatchAdmitted(yield* app, request, principal.value, createsResource)
+      const routed = (yield* routes)(spec, req.url)
+      const response = yield* dispatchAdmitted(routed ?? (yield* app), request, principal.value, createsResource)
       return resultOf(response.status, response.body._tag === "Uint8Array" ? decoder.decode(response.body.body) : undefined)
     }).pipe(Effect.provideService(Idempotency, idempotency)) as Effect.Effect<CallToolResult, unknown>
   )

@@ -5,7 +5,9 @@
  * Every `query` call of the service's node-postgres clients is one round trip (node-postgres sends
  * the next query of a connection only after the previous one answered). Of those, `BEGIN`, `COMMIT`,
  * `ROLLBACK`, `SAVEPOINT` and `RELEASE` are transaction control; the rest are statements. `commits`
- * and `rollbacks` count whole transactions (a savepoint's rollback is not one).
+ * counts transactions committed as PostgreSQL counts them (`xact_commit`): a `COMMIT`, and a
+ * statement sent outside `BEGIN … COMMIT`, which is a transaction of its own. `rollbacks` counts
+ * `ROLLBACK`s of whole transactions (a savepoint's rollback is not one).
  *
  * A round trip is charged to the operation of the fiber that issued it: `measure`/`within` set the
  * operation for an effect (forked fibers inherit it), and a batch serving several operations at once
@@ -71,24 +73,27 @@ export const currentCharges = globalValue(
 
 const CONTROL = /^\s*(BEGIN|START\s+TRANSACTION|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b(\s+TO\b)?/i
 
-const add = (counts: Counts, kind: "statement" | "commit" | "rollback" | "control", n: number) => {
+type Kind = "statement" | "autocommit" | "begin" | "commit" | "rollback" | "control"
+
+const add = (counts: Counts, kind: Kind, n: number) => {
   counts.roundTrips += n
-  if (kind === "statement") counts.statements += n
-  else if (kind === "commit") counts.commits += n
+  if (kind === "statement" || kind === "autocommit") counts.statements += n
+  if (kind === "commit" || kind === "autocommit") counts.commits += n
   else if (kind === "rollback") counts.rollbacks += n
 }
 
-/** Counts one round trip with this text, for the process and for the charges given. */
-export const record = (text: string, charges: ReadonlyArray<Charge>) => {
+/** What a query text is, given whether its connection is inside `BEGIN … COMMIT`. */
+export const kindOf = (text: string, inTransaction: boolean): Kind => {
   const m = CONTROL.exec(text.slice(0, 40))
-  const word = m === null ? "" : m[1]!.toUpperCase()
-  const kind = m === null
-    ? "statement" as const
-    : word === "COMMIT" || word === "END"
-    ? "commit" as const
-    : word === "ROLLBACK" && m[2] === undefined
-    ? "rollback" as const
-    : "control" as const
+  if (m === null) return inTransaction ? "statement" : "autocommit"
+  const word = m[1]!.toUpperCase()
+  if (word === "BEGIN" || word.startsWith("START")) return "begin"
+  if (word === "COMMIT" || word === "END") return "commit"
+  return word === "ROLLBACK" && m[2] === undefined ? "rollback" : "control"
+}
+
+/** Counts one round trip of this kind, for the process and for the charges given. */
+export const record = (kind: Kind, charges: ReadonlyArray<Charge>) => {
   add(state.totals, kind, 1)
   for (const c of charges) {
     add(c.own, kind, c.share)
@@ -159,12 +164,16 @@ export const snapshot = (): Snapshot => ({
 const pending = new WeakMap<object, ReadonlyArray<Charge>>()
 
 class CountingClient extends pg.Client {
+  private inTransaction = false
   override query(...args: Array<any>): any {
     const first = args[0]
     const text: string = typeof first === "string" ? first : typeof first?.text === "string" ? first.text : ""
     const noted = pending.get(this)
     if (noted !== undefined) pending.delete(this)
-    record(text, noted ?? chargesHere())
+    const kind = kindOf(text, this.inTransaction)
+    if (kind === "begin") this.inTransaction = true
+    else if (kind === "commit" || kind === "rollback") this.inTransaction = false
+    record(kind, noted ?? chargesHere())
     return (super.query as (...a: Array<any>) => any)(...args)
   }
 }

@@ -7,7 +7,8 @@
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-smtp-ingest.ts [--seconds 15] [--sessions 50]
  */
 import pg from "pg"
-import { arg, cpuMsOf, message, percentile, provision, RawSmtp, scratch, startService } from "./bench-support.js"
+import { arg, budgetMark, cpuMsOf, message, percentile, printBudget, provision, RawSmtp, scratch, startService } from "./bench-support.js"
+import { loadavg } from "node:os"
 
 const SECONDS = arg("seconds", 15)
 const SESSIONS = arg("sessions", 50)
@@ -41,6 +42,7 @@ const main = async () => {
     for (let i = 0; i < 50; i++) await warm.send("warm@bench.local", org!.address, message(i, "warm@bench.local", org!.address))
     warm.close()
 
+    const mark = await budgetMark(service)
     const before = await commits(db.adminUrl)
     const cpuBefore = cpuMsOf(service.child.pid)
     const pgBefore = await backendsCpuMs(db.adminUrl)
@@ -78,6 +80,8 @@ const main = async () => {
       console.log(`PostgreSQL backends CPU ${(used / Math.max(1, latencies.length)).toFixed(2)} ms per accepted email`)
     }
     console.log(`service RSS ${(service.rssKb() / 1024).toFixed(0)} MB, peak ${(service.peakRssKb() / 1024).toFixed(0)} MB (target ≤ 512 MB)`)
+    await printBudget(service, mark, "accepted email", latencies.length)
+    console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(" ")}`)
   } finally {
     await service.stop()
     await db.cleanup()

@@ -14,6 +14,7 @@ import { randomBytes } from "node:crypto"
 import pg from "pg"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { DatabaseLive } from "../src/platform/Database.js"
+import type * as SqlCounters from "../src/platform/SqlCounters.js"
 import { freePort, testConfigLayer } from "../test/support/harness.js"
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url))
@@ -102,6 +103,8 @@ export interface Service {
   readonly peakRssKb: () => number
   /** CPU time (user + system) the service has used, in ms: a figure less bent by a busy machine. */
   readonly cpuMs: () => number
+  /** The service's database counters as of its next stats write (SqlCounters.ts; the stats file is rewritten every second). */
+  readonly sqlStats: () => Promise<SqlSnapshot>
   readonly stop: () => Promise<void>
 }
 
@@ -135,8 +138,10 @@ export const startService = async (env: Record<string, string>): Promise<Service
   // One service process unless the run asks for more (WORKERS=2 …), so figures compare across runs
   // and with the single-process references.
   const workers = env.WORKERS ?? process.env.WORKERS ?? "1"
+  // The stats file carries the database counters every benchmark prints per operation (`printBudget`).
+  const statsFile = env.MAILROOM_STATS_FILE ?? join(tmpdir(), `mailroom-bench-stats-${process.pid}-${port}.json`)
   const child = spawn(process.execPath, [...extra, builtService()], {
-    env: { ...process.env, ...env, WORKERS: workers, PORT: String(port), SMTP_PORT: String(smtpPort), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` },
+    env: { ...process.env, ...env, MAILROOM_STATS_FILE: statsFile, WORKERS: workers, PORT: String(port), SMTP_PORT: String(smtpPort), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` },
     stdio: ["ignore", "ignore", "inherit"]
   })
   const baseUrl = `http://127.0.0.1:${port}`
@@ -163,6 +168,7 @@ export const startService = async (env: Record<string, string>): Promise<Service
     rssKb: () => status("VmRSS:"),
     peakRssKb: () => status("VmHWM:"),
     cpuMs: () => cpuMsOf(child.pid),
+    sqlStats: () => freshSqlStats(statsFile),
     stop: () =>
       new Promise((resolve) => {
         child.once("exit", () => resolve())
@@ -293,5 +299,62 @@ export const startApiBench = async (label: string, orgCount: number) => {
   } catch (e) {
     await close()
     throw e
+  }
+}
+
+/** What the stats file says about the database (src/platform/SqlCounters.ts `snapshot`). */
+export type SqlSnapshot = SqlCounters.Snapshot
+
+const readStats = (file: string): { seq: number; sql?: SqlSnapshot } | undefined => {
+  try {
+    return JSON.parse(readFileSync(file, "utf8"))
+  } catch {
+    return undefined
+  }
+}
+
+/** Waits for the service's next stats write (so the figures include everything done before the call). */
+export const freshSqlStats = async (file: string): Promise<SqlSnapshot> => {
+  const seen = readStats(file)?.seq ?? 0
+  for (let i = 0; i < 50; i++) {
+    const now = readStats(file)
+    if (now !== undefined && now.seq > seen && now.sql !== undefined) return now.sql
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  throw new Error(`no fresh statistics in ${file}: is MAILROOM_STATS_FILE written?`)
+}
+
+/** A point to measure from: the service's database counters and its CPU time. */
+export interface BudgetMark {
+  readonly sql: SqlSnapshot
+  readonly cpuMs: number
+}
+
+export const budgetMark = async (service: Service): Promise<BudgetMark> => ({ sql: await service.sqlStats(), cpuMs: service.cpuMs() })
+
+const per = (n: number, ops: number) => (n / Math.max(1, ops)).toFixed(2)
+
+/**
+ * Prints what `operations` operations (of what `label` names) cost the service since `from`: its
+ * CPU time, every round trip it made (totals, background polls included) per operation, and each
+ * path whose counters moved with its own operations and figures per operation of that path. The
+ * budgets in docs/benchmarks.md are set against these lines.
+ */
+export const printBudget = async (service: Service, from: BudgetMark, label: string, operations: number) => {
+  const cpuMs = service.cpuMs() - from.cpuMs
+  const to = await service.sqlStats()
+  const t = to.totals
+  const f = from.sql.totals
+  console.log(`budget per ${label} (${operations}): service CPU ${per(cpuMs, operations)} ms; all database work ` +
+    `${per(t.roundTrips - f.roundTrips, operations)} round trips, ${per(t.statements - f.statements, operations)} statements, ` +
+    `${per(t.commits - f.commits, operations)} commits`)
+  for (const [path, p] of Object.entries(to.paths)) {
+    const q = from.sql.paths[path] ?? { operations: 0, roundTrips: 0, statements: 0, commits: 0, rollbacks: 0 }
+    const ops = p.operations - q.operations
+    const trips = p.roundTrips - q.roundTrips
+    if (ops === 0 && trips === 0) continue
+    const base = ops > 0 ? ops : operations
+    console.log(`  ${path.padEnd(34)} ${String(ops).padStart(7)} ops  per ${ops > 0 ? "op " : label}: ${per(trips, base)} round trips, ` +
+      `${per(p.statements - q.statements, base)} statements, ${per(p.commits - q.commits, base)} commits`)
   }
 }

@@ -12,6 +12,7 @@
  * organizations past the quota gets `452 4.2.2` at the end of DATA and nothing is stored.
  */
 import { Effect, Layer, Option, Runtime } from "effect"
+import * as SqlCounters from "../platform/SqlCounters.js"
 import { readFileSync } from "node:fs"
 import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from "smtp-server"
 import { AppConfig } from "../platform/Config.js"
@@ -44,6 +45,17 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
   const returned = new Map<string, Array<string>>()
   const runtime = yield* Effect.runtime<never>()
   const run = Runtime.runPromise(runtime)
+  // Each message is one operation (SqlCounters.ts): its recipient lookups and everything before
+  // its reply. Work it leaves running after the reply is charged to it too, but not in `last`.
+  const operations = new Map<string, SqlCounters.Operation>()
+  const operationOf = (id: string) => {
+    const found = operations.get(id)
+    if (found !== undefined) return found
+    const made = SqlCounters.begin("smtp message")
+    operations.set(id, made)
+    return made
+  }
+  const runIn = (operation: SqlCounters.Operation) => <A, E>(effect: Effect.Effect<A, E>) => run(SqlCounters.within(operation, effect))
   const accepted = new Map<string, Array<Recipient>>()
   // Distinct addresses accepted per session: the recipient limit counts these, not stored copies
   // (several `+tag` forms of one mailbox share a copy but are still distinct recipients).
@@ -98,7 +110,7 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
       const room = yield* store.hasRoom(orgId, Math.max(1, declaredSize(session) * copies))
       return room ? { _tag: "Accepted", recipient: found.value } as const : { _tag: "Full" } as const
     })
-    run(check).then(
+    runIn(operationOf(session.id))(check).then(
       (outcome) => {
         if (outcome._tag === "Unknown") {
           return callback(smtpError(550, `5.1.1 <${address.address}>: no such mailbox here`))
@@ -122,7 +134,14 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
     )
   }
 
-  const process = async (raw: Buffer, session: SMTPServerSession, accepted: Array<Recipient>, returnedFor: ReadonlyArray<string>) => {
+  const process = async (
+    raw: Buffer,
+    session: SMTPServerSession,
+    accepted: Array<Recipient>,
+    returnedFor: ReadonlyArray<string>,
+    operation: SqlCounters.Operation
+  ) => {
+    const run = runIn(operation)
     // Reports to return paths are applied; what is not a report is kept as the organization's mail.
     const rcpts = [...accepted]
     for (const r of returnedFor.length === 0 ? [] : await run(bounces.data(raw, returnedFor))) {
@@ -172,6 +191,8 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
       (received) => {
         const rcpts = accepted.get(session.id) ?? []
         const returnedFor = returned.get(session.id) ?? []
+        const operation = operationOf(session.id)
+        operations.delete(session.id)
         accepted.delete(session.id)
         given.delete(session.id)
         returned.delete(session.id)
@@ -179,8 +200,9 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
           return callback(smtpError(552, `5.3.4 Message exceeds the maximum size of ${MAX_MESSAGE_BYTES} bytes`))
         }
         if (rcpts.length === 0 && returnedFor.length === 0) return callback(smtpError(554, "5.5.1 No valid recipients"))
-        process(received.raw, session, rcpts, returnedFor).then(
+        process(received.raw, session, rcpts, returnedFor, operation).then(
           (outcome) => {
+            SqlCounters.end(operation)
             if (outcome._tag === "Report") return callback(null, "2.0.0 Ok: report received")
             if (outcome._tag === "Full") {
               return callback(smtpError(452, "4.2.2 Mailbox full: the message exceeds the recipient's storage quota, try again later"))
@@ -229,12 +251,14 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
       accepted.delete(session.id)
       given.delete(session.id)
       returned.delete(session.id)
+      operations.delete(session.id)
       callback()
     },
     onClose: (session) => {
       accepted.delete(session.id)
       given.delete(session.id)
       returned.delete(session.id)
+      operations.delete(session.id)
     }
   })
   server.on("error", (e) => Runtime.runFork(runtime)(Effect.logWarning("smtp server error", e)))

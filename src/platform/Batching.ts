@@ -5,10 +5,13 @@
  * delay. Each request gets its own outcome.
  */
 import { Chunk, Deferred, Effect, Exit, Queue, type Scope } from "effect"
+import * as SqlCounters from "./SqlCounters.js"
 
 interface Pending<I, A, E> {
   readonly item: I
   readonly done: Deferred.Deferred<A, E>
+  /** The operation that asked (SqlCounters.ts): charged its share of the batch's round trips. */
+  readonly charges: ReadonlyArray<SqlCounters.Charge>
 }
 
 export const makeBatcher = <I, A, E>(options: {
@@ -21,7 +24,7 @@ export const makeBatcher = <I, A, E>(options: {
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Pending<I, A, E>>(), Queue.shutdown)
 
     const settle = (batch: ReadonlyArray<Pending<I, A, E>>) =>
-      Effect.exit(options.run(batch.map((p) => p.item))).pipe(
+      Effect.exit(SqlCounters.shared(batch.map((p) => p.charges), options.run(batch.map((p) => p.item)))).pipe(
         Effect.flatMap((outcome) =>
           Effect.forEach(batch, (p, i) =>
             Deferred.done(
@@ -42,7 +45,7 @@ export const makeBatcher = <I, A, E>(options: {
     return (item: I) =>
       Effect.gen(function*() {
         const done = yield* Deferred.make<A, E>()
-        yield* Queue.offer(queue, { item, done })
+        yield* Queue.offer(queue, { item, done, charges: yield* SqlCounters.current })
         return yield* Deferred.await(done)
       })
   })

@@ -11,6 +11,7 @@ import { PGlite } from "@electric-sql/pglite"
 import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { Migrator, SqlClient } from "@effect/sql"
+import { SqlError } from "@effect/sql/SqlError"
 import { PgClient } from "@effect/sql-pg"
 import { Data, Effect, Layer, Option, Redacted } from "effect"
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
@@ -18,8 +19,10 @@ import { execFile } from "node:child_process"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
+import type pg from "pg"
 import { AppConfig } from "./Config.js"
 import { databaseTemplatePath } from "./DatabaseTemplate.js"
+import { CountingPool } from "./SqlCounters.js"
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL("../../migrations", import.meta.url))
 
@@ -150,19 +153,43 @@ export const layerPglite = (dataDir: string | undefined) =>
       (s) => Effect.promise(() => s.stop()).pipe(Effect.ignore)
     )
     const [host, port] = server.getServerConn().split(":")
-    return PgClient.layer({
-      host: host!,
-      port: Number(port),
-      username: "postgres",
-      password: Redacted.make("postgres"),
-      database: "postgres",
-      maxConnections: 1,
-      applicationName: "mailroom"
-    })
+    return countedPgLayer({ host: host!, port: Number(port), user: "postgres", password: "postgres", database: "postgres", max: 1 })
   }))
 
 export const layerServer = (url: Redacted.Redacted<string>) =>
-  PgClient.layer({ url, maxConnections: 20, applicationName: "mailroom", connectTimeout: "5 seconds" })
+  countedPgLayer({ connectionString: Redacted.value(url), max: 20, connectionTimeoutMillis: 5_000 })
+
+/**
+ * @effect/sql-pg over a pool whose clients count their round trips (SqlCounters.ts), checked with
+ * one query at start as PgClient.layer does.
+ */
+const countedPgLayer = (config: pg.PoolConfig) =>
+  PgClient.layerFromPool({
+    applicationName: "mailroom",
+    acquire: Effect.acquireRelease(
+      Effect.tryPromise({
+        try: async () => {
+          const pool = new CountingPool({ ...config, application_name: "mailroom" })
+          // Errors of idle clients surface on the next query; unhandled here they would end the process.
+          pool.on("error", () => {})
+          try {
+            await pool.query("SELECT 1")
+          } catch (cause) {
+            await pool.end().catch(() => {})
+            throw cause
+          }
+          return pool
+        },
+        catch: (cause) => new SqlError({ cause, message: "PgClient: Failed to connect" })
+      }).pipe(
+        Effect.timeoutFail({
+          duration: "5 seconds",
+          onTimeout: () => new SqlError({ cause: new Error("Connection timed out"), message: "PgClient: Connection timed out" })
+        })
+      ),
+      (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
+    )
+  })
 
 /** True when the SqlClient is the embedded single-connection PGlite. */
 export class DatabaseKind extends Effect.Tag("mailroom/DatabaseKind")<DatabaseKind, { readonly embedded: boolean }>() {}

@@ -20,6 +20,7 @@
  */
 import { performance } from "node:perf_hooks"
 import { Cause, Deferred, Duration, Effect, Fiber, FiberSet, Option, type Scope, Stream } from "effect"
+import * as SqlCounters from "./SqlCounters.js"
 
 /** What a running item may use besides itself. */
 export interface JobContext {
@@ -74,9 +75,11 @@ export const runJobs = <Item, R>(job: JobDeclaration<Item, R>): Effect.Effect<vo
     let free = job.concurrency
     const context: JobContext = { stop: Deferred.await(stop), wake: latch.open }
 
+    // Each item is one operation of the job's path; the claims (also those finding nothing) are
+    // charged to a path of their own (SqlCounters.ts).
     const runOne = (item: Item) => {
       const started = performance.now()
-      return job.run(item, context).pipe(
+      return SqlCounters.measure(job.name)(job.run(item, context)).pipe(
         Effect.catchAllCause((cause) =>
           Cause.isInterruptedOnly(cause) ? Effect.void : Effect.zipRight(
             Effect.logError(`${job.name}: an item failed; it is tried again`, cause),
@@ -125,7 +128,8 @@ export const runJobs = <Item, R>(job: JobDeclaration<Item, R>): Effect.Effect<vo
       }
     })
 
-    const claimer = yield* round.pipe(
+    const claims = SqlCounters.begin(`${job.name} claim`, false)
+    const claimer = yield* SqlCounters.within(claims, round).pipe(
       Effect.catchAllCause((cause) =>
         Effect.logWarning(`${job.name}: a claim failed; retrying`, cause).pipe(Effect.zipRight(Effect.sleep("1 second")))),
       Effect.forever,

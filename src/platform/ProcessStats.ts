@@ -2,12 +2,15 @@
  * Process statistics for benchmarks, off by default: with MAILROOM_STATS_FILE set, the service
  * rewrites that file every second with one JSON object: memory (rss, heap, external) and the
  * event-loop delay of the last second (perf_hooks.monitorEventLoopDelay, 10 ms resolution: p50, p99,
- * max in ms) plus the same since start. `seq` counts the writes, so a reader can tell windows apart.
+ * max in ms) plus the same since start, and the database round trips, statements and commits so far,
+ * in total and per path with the operations they served (SqlCounters.ts). `seq` counts the writes,
+ * so a reader can tell windows apart.
  */
 import { Effect, Layer, Option } from "effect"
 import { renameSync, writeFileSync } from "node:fs"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import { AppConfig } from "./Config.js"
+import * as SqlCounters from "./SqlCounters.js"
 
 const INTERVAL_MS = 1000
 const ms = (ns: number) => Math.round(ns / 1e4) / 100
@@ -39,7 +42,8 @@ export const ProcessStatsLive = Layer.scopedDiscard(Effect.gen(function*() {
       external: m.external,
       array_buffers: m.arrayBuffers,
       lag_ms: summary(window),
-      lag_since_start_ms: summary(total)
+      lag_since_start_ms: summary(total),
+      sql: SqlCounters.snapshot()
     }
     window.reset()
     // Written aside and renamed, so a reader never sees half a file.

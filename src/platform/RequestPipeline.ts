@@ -27,6 +27,7 @@ import { API_RATE_LIMIT, DEMO_RATE_LIMIT, isDemo, isExempt, limited, withLimitHe
 import { pathOf, RequestId, ResolvedPrincipal } from "./RequestContext.js"
 import { PREFIX, randomToken } from "./Secrets.js"
 import { callerShareOf, isShedExempt, overShare, shed, unhealthy } from "./Shedding.js"
+import * as SqlCounters from "./SqlCounters.js"
 
 export interface PipelineOptions {
   /** The operations whose POSTs get a derived idempotency key (see `creatingOperations`). */
@@ -53,7 +54,7 @@ export const requestPipeline = (
     if (left <= 0) byCaller.delete(caller)
     else byCaller.set(caller, left)
   }
-  return Effect.gen(function*() {
+  const handle = Effect.gen(function*() {
     const original = yield* HttpServerRequest.HttpServerRequest
     const requestId = `req_${randomToken(20)}`
     const started = Date.now()
@@ -192,7 +193,14 @@ export const requestPipeline = (
     }
     return final
   })
+  // Each request is one operation of its method and path shape (SqlCounters.ts).
+  return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+    SqlCounters.measure(`http ${request.method.toUpperCase()} ${pathShape(pathOf(request.url))}`)(handle))
 }
+
+/** A path with its identifiers replaced by `:id`, so that one route is one path of the counters. */
+export const pathShape = (path: string) =>
+  path.split("/").map((segment) => segment === "" || /^(v1|[a-z][a-z.-]{0,22}[a-z])$/.test(segment) ? segment : ":id").join("/")
 
 /**
  * Runs one more request inside a request already admitted for `principal` (a tool call of the MCP

@@ -1,0 +1,148 @@
+/**
+ * The database budget of each hot path: round trips, statements and commits one operation makes,
+ * counted at the driver (src/platform/SqlCounters.ts) and held to the table below. A change that
+ * adds a round trip to a path fails here; one that removes some fails too, until the table is
+ * lowered to the new figure (so the table always says what the path costs now).
+ *
+ * Each figure is the operation's own, as it stood when the operation finished: for an inbound
+ * message that is everything before its `250`. Caches are warmed by a first operation of the same
+ * kind, so the figures are those of the steady state.
+ */
+import { describe, expect, layer } from "@effect/vitest"
+import { Context, Effect, Layer } from "effect"
+import nodemailer from "nodemailer"
+import { Provisioning } from "../src/identity/Provisioning.js"
+import * as SqlCounters from "../src/platform/SqlCounters.js"
+import { TestServer, testService, usingRealPostgres } from "./support/harness.js"
+import { type Hooks, startHooks } from "./support/hooks.js"
+import { call } from "./support/http.js"
+import { startTestRelay, type TestRelay } from "./support/relay.js"
+
+interface Budget {
+  /** The counters' path the operation is counted under. */
+  readonly path: string
+  readonly roundTrips: number
+  readonly statements: number
+  readonly commits: number
+}
+
+/**
+ * The budgets: one row per path, the same on both databases unless a row says otherwise. Lower a
+ * row when a change makes its path do less.
+ */
+const BUDGETS = {
+  /** GET /v1/account with an API key the service has seen. */
+  authenticatedRead: { path: "http GET /v1/account", roundTrips: 2, statements: 2, commits: 0 },
+  /** One message over SMTP to one managed inbox whose organization has a webhook, up to its `250`. */
+  inboundEmail: { path: "smtp message", roundTrips: 6, statements: 6, commits: 0 },
+  /** One webhook delivery attempt answered 200, recorded. */
+  deliveryAttempt: { path: "delivery", roundTrips: 1, statements: 1, commits: 0 },
+  /** POST /v1/send-mail to one outside recipient, relayed and recorded inside the request. */
+  send: { path: "http POST /v1/send-mail", roundTrips: 17, statements: 15, commits: 1 }
+} satisfies Record<string, Budget>
+
+class Relay extends Context.Tag("test/Relay")<Relay, TestRelay>() {}
+class HookServer extends Context.Tag("test/HookServer")<HookServer, Hooks>() {}
+
+const Env = Provisioning.Default.pipe(
+  Layer.provideMerge(Layer.unwrapScoped(Effect.gen(function*() {
+    const relay = yield* startTestRelay
+    const hooks = yield* startHooks
+    return testService({ OUTBOUND_SMTP_URL: relay.url, OUTBOUND_TIMEOUT: "5s", DNS_SERVER: "127.0.0.1:9" }).pipe(
+      Layer.merge(Layer.succeed(Relay, relay)),
+      Layer.merge(Layer.succeed(HookServer, hooks))
+    )
+  })))
+)
+
+const operations = (path: string) => SqlCounters.snapshot().paths[path]?.operations ?? 0
+
+/** Waits until `path` has finished `target` operations in all, and returns the last one's own figures. */
+const lastOf = (path: string, target: number) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 300 && operations(path) < target; i++) yield* Effect.sleep("50 millis")
+    expect(operations(path), `operations of ${path}`).toBe(target)
+    // `last` is written when the operation finishes; a job item may still be finishing.
+    yield* Effect.sleep("200 millis")
+    const { last } = SqlCounters.snapshot().paths[path]!
+    return { roundTrips: last.roundTrips, statements: last.statements, commits: last.commits }
+  })
+
+/**
+ * Runs `act` and returns the own figures of the one operation of `path` it made (whole numbers:
+ * one operation alone is never a share of a batch).
+ */
+const measured = <A, E, R>(path: string, act: Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const before = operations(path)
+    const value = yield* act
+    return { value, counts: yield* lastOf(path, before + 1) }
+  })
+
+const withinBudget = (budget: Budget, counts: { roundTrips: number; statements: number; commits: number }) => {
+  const db = usingRealPostgres() ? "PostgreSQL" : "PGlite"
+  console.log(`budget ${budget.path} on ${db}: ${JSON.stringify(counts)}`)
+  expect.soft(counts, `${budget.path} on ${db}`).toEqual({ roundTrips: budget.roundTrips, statements: budget.statements, commits: budget.commits })
+}
+
+const newOrg = Effect.gen(function*() {
+  const p = yield* Provisioning
+  const hooks = yield* HookServer
+  const org = yield* p.createOrganization({ name: "Budgets", plan: "developer" })
+  const { apiKey } = yield* p.issueApiKey(org.id)
+  const created = yield* call("POST", "/v1/endpoints", { token: apiKey, body: { url: hooks.url("/ok") } })
+  expect(created.status, created.text).toBe(201)
+  return { apiKey, address: org.managedInboxAddress! }
+})
+
+const mailIn = (to: string, subject: string) =>
+  Effect.flatMap(TestServer, (server) =>
+    Effect.promise(async () => {
+      const t = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true })
+      try {
+        return String((await t.sendMail({ from: "someone@example.net", to, subject, text: "hello there" })).response)
+      } finally {
+        t.close()
+      }
+    }))
+
+layer(Env, { timeout: 180_000, excludeTestServices: true })("budgets", (it) => {
+  describe("database round trips per operation", () => {
+    it.effect("an authenticated read", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg
+        const read = call("GET", "/v1/account", { token: org.apiKey })
+        expect((yield* read).status).toBe(200)
+        const { value, counts } = yield* measured(BUDGETS.authenticatedRead.path, read)
+        expect(value.status).toBe(200)
+        withinBudget(BUDGETS.authenticatedRead, counts)
+      }))
+
+    it.effect("an accepted inbound email, before its 250; then its delivery attempt", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg
+        const deliveries = operations(BUDGETS.deliveryAttempt.path)
+        expect(yield* mailIn(org.address, "warm")).toMatch(/^250/)
+        // The first message's delivery is attempted before the measured message arrives.
+        yield* lastOf(BUDGETS.deliveryAttempt.path, deliveries + 1)
+        const inbound = yield* measured(BUDGETS.inboundEmail.path, mailIn(org.address, "measured"))
+        expect(inbound.value).toMatch(/^250/)
+        withinBudget(BUDGETS.inboundEmail, inbound.counts)
+        withinBudget(BUDGETS.deliveryAttempt, yield* lastOf(BUDGETS.deliveryAttempt.path, deliveries + 2))
+        const hooks = yield* HookServer
+        expect(hooks.on("/ok").filter((h) => h.body.includes("measured"))).toHaveLength(1)
+      }))
+
+    it.effect("a send, relayed within the request", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg
+        const send = (to: string) =>
+          call("POST", "/v1/send-mail", { token: org.apiKey, body: { from: org.address, to, subject: "hi", text: "hello" } })
+        expect((yield* send("first@example.com")).status).toBe(201)
+        const { value, counts } = yield* measured(BUDGETS.send.path, send("second@example.com"))
+        expect(value.status, value.text).toBe(201)
+        expect((yield* Relay).messages.filter((m) => m.to.includes("second@example.com"))).toHaveLength(1)
+        withinBudget(BUDGETS.send, counts)
+      }))
+  })
+})

@@ -16,10 +16,9 @@
  * and fails with `StorageQuotaExceeded` (the SMTP answer is a temporary `452 4.2.2`).
  */
 import { SqlClient, type SqlError, type Statement } from "@effect/sql"
-import { Cause, Context, Data, Effect, Exit, Option, Schema } from "effect"
+import { Cause, Context, Data, Effect, Exit, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { makeBatcher } from "../platform/Batching.js"
-import { allRows } from "../platform/Rows.js"
 import { sqlState } from "../platform/SqlErrors.js"
 import { AppConfig } from "../platform/Config.js"
 import { replyTextOf } from "../mail/ReplyText.js"
@@ -131,9 +130,6 @@ const isDataError = (e: SqlError.SqlError) => /^(22|23|54)[0-9A-Z]{3}$/.test(sql
 /** Raised by `storage_charge` (migrations/0025) when the bytes stored would pass an organization's quota. */
 const QUOTA_SQLSTATE = "MRQ01"
 const isQuotaError = (e: SqlError.SqlError) => sqlState(e) === QUOTA_SQLSTATE
-
-/** Whether a message of that size still fits the organization's storage quota. */
-const Room = Schema.Struct({ room: Schema.Boolean })
 
 /** The transaction would take an organization past its storage quota: nothing was stored. */
 export class StorageQuotaExceeded extends Data.TaggedError("StorageQuotaExceeded")<{ readonly message: string }> {}
@@ -338,18 +334,6 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
         return copies.map((c) => c.email)
       }).pipe(Effect.withSpan("InboundStore.store"))
 
-    /**
-     * Whether the organization can store `bytes` more (a cheap early answer at RCPT time; the
-     * binding check is the one made as the rows are inserted).
-     */
-    const hasRoom = (orgId: string, bytes: number) =>
-      sql`
-        SELECT coalesce(s.used_bytes, 0) + ${bytes}::bigint <= storage_quota_bytes(o.plan) AS room
-        FROM organizations o LEFT JOIN storage_usage s ON s.org_id = o.id WHERE o.id = ${orgId}`.pipe(
-        allRows(Room, "storage room"),
-        Effect.map((rows) => rows[0]?.room ?? true)
-      )
-
-    return { store, hasRoom } as const
+    return { store } as const
   })
 }) {}

@@ -32,7 +32,7 @@ import { copyKey, type Recipient } from "./Recipients.js"
 import type { SpamVerdict } from "./SpamScore.js"
 import { quarantineMatch } from "../filters/Evaluate.js"
 import type { Trust } from "../mail/Trust.js"
-import { senderFacts } from "./SenderFacts.js"
+import { SenderFacts } from "./SenderFacts.js"
 
 export interface InboundMessage {
   readonly raw: Buffer
@@ -152,6 +152,7 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const threading = yield* Threading
+    const senders = yield* SenderFacts
     const indexing = (yield* AppConfig).searchIndexing
 
     /** One statement storing every copy of the given transactions (and what is attached to them). */
@@ -290,17 +291,21 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
         // One thread per organization the message reaches (its copies there share it).
         const p = message.parsed
         const orgs = [...new Set(distinct.map((r) => r.orgId))]
-        const threads = yield* Effect.forEach(orgs, (orgId) =>
-          threading.assign({ orgId, messageId: p.messageId, inReplyTo: p.inReplyTo, references: p.references }), {
-          concurrency: "unbounded"
-        })
+        // The threads and the sender's facts are independent lookups: asked at once (each batched
+        // with those of concurrent messages).
+        const [threads, facts] = yield* Effect.all([
+          Effect.forEach(orgs, (orgId) =>
+            threading.assign({ orgId, messageId: p.messageId, inReplyTo: p.inReplyTo, references: p.references }), {
+            concurrency: "unbounded"
+          }),
+          senders.of({ orgIds: orgs, from: p.from?.address ?? null, authenticated: message.authenticatedFrom })
+        ], { concurrency: "unbounded" })
         const threadOf = new Map(orgs.map((o, i) => [o, threads[i]!]))
         // Received mail (not a wake command, not rejected) ends the watches of the threads it joins.
         const replied = new Set(distinct.filter((r) =>
           eventOf(r, message) === "email.received" && r.wake === null && !isRejected(message.spam, r.spamThreshold) &&
           !isQuarantined(r, message)
         ).map((r) => r.orgId))
-        const facts = yield* senderFacts(orgs, p.from?.address ?? null, message.authenticatedFrom).pipe(Effect.provideService(SqlClient.SqlClient, sql))
         const trustOf = (orgId: string): Trust => ({
           sender_authenticated: message.authenticatedFrom !== null,
           sender_known: facts.known.has(orgId),
@@ -335,5 +340,6 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
       }).pipe(Effect.withSpan("InboundStore.store"))
 
     return { store } as const
-  })
+  }),
+  dependencies: [SenderFacts.Default]
 }) {}

@@ -139,7 +139,8 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("inbound quota", (it
         filters: [],
         resolution: { orgId, domainId: null, via: "fallback", routeId: null, endpoint: to },
         wake: null,
-        inboxId: null
+        inboxId: null,
+        org: { usedBytes: 0, quotaBytes: null, attachmentPolicy: null }
       })
       const kept = distinctRecipients([
         recipient("a@x.test", "o1", endpoint("e1")),

@@ -4,8 +4,7 @@
  * happens to mail that breaks it: `reject` refuses it at DATA (`552 5.3.4`), `quarantine` stores it
  * held back.
  */
-import { SqlClient } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Schema } from "effect"
 import type { ParsedAttachment } from "../mail/Parse.js"
 import { matchesType } from "../mail/Sniff.js"
 
@@ -47,19 +46,9 @@ export const policyBreach = (policy: AttachmentPolicy, attachments: ReadonlyArra
   return undefined
 }
 
-/** The policies of the organizations a message reaches (only those that set one). */
-export const policiesOf = (orgIds: ReadonlyArray<string>) =>
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql<{ id: string; attachment_policy: AttachmentPolicy | string }>`
-      SELECT id, attachment_policy FROM organizations
-       WHERE id IN (SELECT value::uuid FROM json_array_elements_text(${JSON.stringify(orgIds)}::json))
-         AND attachment_policy IS NOT NULL`
-    return new Map(rows.map((r) => [
-      r.id,
-      (typeof r.attachment_policy === "string" ? JSON.parse(r.attachment_policy) : r.attachment_policy) as AttachmentPolicy
-    ]))
-  })
+/** A stored policy (`organizations.attachment_policy`, a jsonb the driver parsed or left as text); null when none is set. */
+export const parsePolicy = (stored: unknown): AttachmentPolicy | null =>
+  stored === null || stored === undefined ? null : (typeof stored === "string" ? JSON.parse(stored) : stored) as AttachmentPolicy
 
 /** What the attachment policies of the organizations a message reaches decide about it. */
 export interface AttachmentVerdict {
@@ -69,18 +58,24 @@ export interface AttachmentVerdict {
   readonly quarantining: ReadonlyArray<string>
 }
 
-/** Judges the attachments against every reached organization's policy (one lookup for all of them). */
-export const judgeAttachments = (orgIds: ReadonlyArray<string>, attachments: ReadonlyArray<ParsedAttachment>) =>
-  Effect.gen(function*() {
-    const rejecting = new Map<string, string>()
-    const quarantining: Array<string> = []
-    if (orgIds.length === 0) return { rejecting, quarantining } satisfies AttachmentVerdict
-    for (const [orgId, policy] of yield* policiesOf(orgIds)) {
-      const breach = policyBreach(policy, attachments)
-      if (breach === undefined) continue
-      // The reason may quote a filename the sender chose: no control character reaches the reply.
-      if (policy.action === "reject") rejecting.set(orgId, breach.replace(/[\u0000-\u001f\u007f]/g, "_"))
-      else quarantining.push(orgId)
-    }
-    return { rejecting, quarantining } satisfies AttachmentVerdict
-  })
+/**
+ * Judges the attachments against the policy of every organization reached (organization id →
+ * its policy, or null when it sets none). The policies come with the recipients, read at RCPT
+ * time, so judging costs no query.
+ */
+export const judgeAttachments = (
+  policies: ReadonlyMap<string, AttachmentPolicy | null>,
+  attachments: ReadonlyArray<ParsedAttachment>
+): AttachmentVerdict => {
+  const rejecting = new Map<string, string>()
+  const quarantining: Array<string> = []
+  for (const [orgId, policy] of policies) {
+    if (policy === null) continue
+    const breach = policyBreach(policy, attachments)
+    if (breach === undefined) continue
+    // The reason may quote a filename the sender chose: no control character reaches the reply.
+    if (policy.action === "reject") rejecting.set(orgId, breach.replace(/[\u0000-\u001f\u007f]/g, "_"))
+    else quarantining.push(orgId)
+  }
+  return { rejecting, quarantining }
+}

@@ -14,12 +14,13 @@
  * has its own answer, so other organizations still get it), `quarantine` stores its copies held back.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Either, Layer, Option, Schema } from "effect"
+import { Effect, Layer, Option, Schema } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { AppConfig } from "../platform/Config.js"
 import { allRows } from "../platform/Rows.js"
 import { LocalDelivery, type LocalMessage, type LocalOutcome, type LocalReceiver, type LocalRefusal } from "../sending/LocalDelivery.js"
 import { judgeAttachments } from "../account/AttachmentPolicy.js"
+import { hasRoomFor } from "../routes/Resolver.js"
 import { mayCommand } from "../mail/WakeMessage.js"
 import type { Analysis } from "./Analyze.js"
 import { makeAnalyzePool } from "./AnalyzePool.js"
@@ -100,7 +101,7 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
       if (wake !== null && !mayCommand(envelopeFrom, wake.allowlist)) {
         return { code: 550, response: `5.7.1 <${address}>: this wake address takes commands only from senders on its allowlist` }
       }
-      if (!(yield* store.hasRoom(found.value.orgId, size))) {
+      if (!hasRoomFor(found.value.org, size)) {
         return { code: 452, response: `4.2.2 <${address}>: mailbox full, try again later` }
       }
       return found.value
@@ -130,13 +131,8 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
       if (checked._tag === "Refused") return refuseAll(550, checked.reason)
       const analysis = localAuthentication(yield* Effect.promise(() => pool.analyze(message.raw, null)), message)
       // Attachment policies of the organizations reached (a wake address takes commands, not mail).
-      const orgIds = [...new Set(accepted.filter((a) => a.recipient.wake === null).map((a) => a.recipient.orgId))]
-      const judged = yield* judgeAttachments(orgIds, analysis.parsed.attachments).pipe(
-        Effect.provideService(SqlClient.SqlClient, sql),
-        Effect.either
-      )
-      if (Either.isLeft(judged)) return refuseAll(451, "4.3.0 Temporary lookup failure, try again later")
-      const { rejecting, quarantining: policyQuarantine } = judged.right
+      const policies = new Map(accepted.filter((a) => a.recipient.wake === null).map((a) => [a.recipient.orgId, a.recipient.org.attachmentPolicy]))
+      const { rejecting, quarantining: policyQuarantine } = judgeAttachments(policies, analysis.parsed.attachments)
       for (const a of accepted.filter((a) => a.recipient.wake === null && rejecting.has(a.recipient.orgId))) {
         refused.push({
           address: a.address,

@@ -6,7 +6,7 @@
  */
 import { Effect, Option } from "effect"
 import type { FilterLike } from "../filters/Evaluate.js"
-import { type Resolution, RouteResolver, type WakeTarget } from "../routes/Resolver.js"
+import { type OrgFacts, type Resolution, RouteResolver, type WakeTarget } from "../routes/Resolver.js"
 
 export interface Recipient {
   readonly address: string
@@ -20,7 +20,12 @@ export interface Recipient {
   readonly wake: WakeTarget | null
   /** The inbox the address belongs to (managed domain); null at a domain or a wake address. */
   readonly inboxId: string | null
+  /** The organization's storage use and attachment policy, read with the recipient at RCPT time. */
+  readonly org: OrgFacts
 }
+
+/** Facts of an organization nothing is known about (no quota to check, no policy). */
+export const UNKNOWN_ORG: OrgFacts = { usedBytes: 0, quotaBytes: null, attachmentPolicy: null }
 
 export const normalizeAddress = (address: string) => address.trim().toLowerCase()
 
@@ -55,7 +60,8 @@ export class Recipients extends Effect.Service<Recipients>()("mailroom/Recipient
           filters: f.filters,
           resolution: f.resolution,
           wake: f.wake,
-          inboxId: f.inboxId
+          inboxId: f.inboxId,
+          org: f.org
         }))),
         Effect.withSpan("Recipients.lookup")
       )

@@ -27,6 +27,7 @@ import { prepareSpool, receive, spoolDirectory } from "./Spool.js"
 import { EmailStoredHooks, InboundStore } from "./Store.js"
 import { judgeAttachments } from "../account/AttachmentPolicy.js"
 import { BounceIntake } from "./BounceIntake.js"
+import { hasRoomFor } from "../routes/Resolver.js"
 
 export const MAX_MESSAGE_BYTES = 30 * 1024 * 1024
 export const MAX_RECIPIENTS = 100
@@ -107,7 +108,7 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
       // Room for the announced size times this organization's recipients so far, or at least a byte.
       const orgId = found.value.orgId
       const copies = list.filter((r) => r.orgId === orgId).length + 1
-      const room = yield* store.hasRoom(orgId, Math.max(1, declaredSize(session) * copies))
+      const room = hasRoomFor(found.value.org, Math.max(1, declaredSize(session) * copies))
       return room ? { _tag: "Accepted", recipient: found.value } as const : { _tag: "Full" } as const
     })
     runIn(operationOf(session.id))(check).then(
@@ -164,10 +165,8 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
     )
     // Attachment policies of the organizations reached: one that rejects refuses the whole
     // message at DATA (552 5.3.4), one that quarantines holds back that organization's copies.
-    const orgIds = [...new Set(rcpts.filter((r) => r.wake === null).map((r) => r.orgId))]
-    const { rejecting, quarantining: policyQuarantine } = await run(
-      judgeAttachments(orgIds, analysis.parsed.attachments).pipe(Effect.provideService(SqlClient.SqlClient, sql))
-    )
+    const policies = new Map(rcpts.filter((r) => r.wake === null).map((r) => [r.orgId, r.org.attachmentPolicy]))
+    const { rejecting, quarantining: policyQuarantine } = judgeAttachments(policies, analysis.parsed.attachments)
     const [rejected] = rejecting.values()
     if (rejected !== undefined) return { _tag: "PolicyRejected", reason: rejected } as const
     const message = {

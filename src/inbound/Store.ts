@@ -16,10 +16,9 @@
  * and fails with `StorageQuotaExceeded` (the SMTP answer is a temporary `452 4.2.2`).
  */
 import { SqlClient, type SqlError, type Statement } from "@effect/sql"
-import { Cause, Context, Data, Effect, Exit, Option, Schema } from "effect"
+import { Cause, Context, Data, Effect, Exit, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { makeBatcher } from "../platform/Batching.js"
-import { allRows } from "../platform/Rows.js"
 import { sqlState } from "../platform/SqlErrors.js"
 import { AppConfig } from "../platform/Config.js"
 import { replyTextOf } from "../mail/ReplyText.js"
@@ -33,7 +32,7 @@ import { copyKey, type Recipient } from "./Recipients.js"
 import type { SpamVerdict } from "./SpamScore.js"
 import { quarantineMatch } from "../filters/Evaluate.js"
 import type { Trust } from "../mail/Trust.js"
-import { senderFacts } from "./SenderFacts.js"
+import { SenderFacts } from "./SenderFacts.js"
 
 export interface InboundMessage {
   readonly raw: Buffer
@@ -132,9 +131,6 @@ const isDataError = (e: SqlError.SqlError) => /^(22|23|54)[0-9A-Z]{3}$/.test(sql
 const QUOTA_SQLSTATE = "MRQ01"
 const isQuotaError = (e: SqlError.SqlError) => sqlState(e) === QUOTA_SQLSTATE
 
-/** Whether a message of that size still fits the organization's storage quota. */
-const Room = Schema.Struct({ room: Schema.Boolean })
-
 /** The transaction would take an organization past its storage quota: nothing was stored. */
 export class StorageQuotaExceeded extends Data.TaggedError("StorageQuotaExceeded")<{ readonly message: string }> {}
 
@@ -156,6 +152,7 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const threading = yield* Threading
+    const senders = yield* SenderFacts
     const indexing = (yield* AppConfig).searchIndexing
 
     /** One statement storing every copy of the given transactions (and what is attached to them). */
@@ -294,17 +291,21 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
         // One thread per organization the message reaches (its copies there share it).
         const p = message.parsed
         const orgs = [...new Set(distinct.map((r) => r.orgId))]
-        const threads = yield* Effect.forEach(orgs, (orgId) =>
-          threading.assign({ orgId, messageId: p.messageId, inReplyTo: p.inReplyTo, references: p.references }), {
-          concurrency: "unbounded"
-        })
+        // The threads and the sender's facts are independent lookups: asked at once (each batched
+        // with those of concurrent messages).
+        const [threads, facts] = yield* Effect.all([
+          Effect.forEach(orgs, (orgId) =>
+            threading.assign({ orgId, messageId: p.messageId, inReplyTo: p.inReplyTo, references: p.references }), {
+            concurrency: "unbounded"
+          }),
+          senders.of({ orgIds: orgs, from: p.from?.address ?? null, authenticated: message.authenticatedFrom })
+        ], { concurrency: "unbounded" })
         const threadOf = new Map(orgs.map((o, i) => [o, threads[i]!]))
         // Received mail (not a wake command, not rejected) ends the watches of the threads it joins.
         const replied = new Set(distinct.filter((r) =>
           eventOf(r, message) === "email.received" && r.wake === null && !isRejected(message.spam, r.spamThreshold) &&
           !isQuarantined(r, message)
         ).map((r) => r.orgId))
-        const facts = yield* senderFacts(orgs, p.from?.address ?? null, message.authenticatedFrom).pipe(Effect.provideService(SqlClient.SqlClient, sql))
         const trustOf = (orgId: string): Trust => ({
           sender_authenticated: message.authenticatedFrom !== null,
           sender_known: facts.known.has(orgId),
@@ -338,18 +339,7 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
         return copies.map((c) => c.email)
       }).pipe(Effect.withSpan("InboundStore.store"))
 
-    /**
-     * Whether the organization can store `bytes` more (a cheap early answer at RCPT time; the
-     * binding check is the one made as the rows are inserted).
-     */
-    const hasRoom = (orgId: string, bytes: number) =>
-      sql`
-        SELECT coalesce(s.used_bytes, 0) + ${bytes}::bigint <= storage_quota_bytes(o.plan) AS room
-        FROM organizations o LEFT JOIN storage_usage s ON s.org_id = o.id WHERE o.id = ${orgId}`.pipe(
-        allRows(Room, "storage room"),
-        Effect.map((rows) => rows[0]?.room ?? true)
-      )
-
-    return { store, hasRoom } as const
-  })
+    return { store } as const
+  }),
+  dependencies: [SenderFacts.Default]
 }) {}

@@ -6,11 +6,13 @@
  * endpoint is disabled is passed over. Mail for an inactive or unverified domain resolves to nothing.
  *
  * Everything the inbound path needs about a recipient (owner, spam threshold, every candidate
- * destination, the organization's filters) comes from ONE query: it runs at RCPT time, once per
- * recipient, and its answer is carried to the storing statement.
+ * destination, the organization's filters, its storage use and attachment policy) comes from ONE
+ * query: it runs at RCPT time, once per recipient, and its answer is carried through DATA to the
+ * storing statement, so a message costs no further lookups of these.
  */
 import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Exit, Option } from "effect"
+import { type AttachmentPolicy, parsePolicy } from "../account/AttachmentPolicy.js"
 import type { EndpointRow } from "../endpoints/Repo.js"
 import type { FilterLike } from "../filters/Evaluate.js"
 import { domainOf } from "../mail/SenderPatterns.js"
@@ -38,7 +40,21 @@ export interface RecipientFacts {
   readonly wake: WakeTarget | null
   /** The inbox (managed domain) the address belongs to, or its `+tag` base; null at a domain or a wake address. */
   readonly inboxId: string | null
+  /** The owner's storage and attachment rules, as they stood at the lookup. */
+  readonly org: OrgFacts
 }
+
+/** What the inbound path checks a message against for the recipient's organization. */
+export interface OrgFacts {
+  /** Bytes stored so far (the early, RCPT-time answer; the binding check is made as rows are inserted). */
+  readonly usedBytes: number
+  /** The plan's storage quota in bytes; null: no quota. */
+  readonly quotaBytes: number | null
+  readonly attachmentPolicy: AttachmentPolicy | null
+}
+
+/** Whether the organization can store `bytes` more, by the facts read at RCPT time. */
+export const hasRoomFor = (org: OrgFacts, bytes: number) => org.quotaBytes === null || org.usedBytes + bytes <= org.quotaBytes
 
 export interface WakeTarget {
   readonly functionId: string
@@ -69,6 +85,10 @@ interface OwnerRow {
   readonly wake_function: string | null
   readonly wake_allowlist: ReadonlyArray<string> | null
   readonly inbox_id: string | null
+  /** Bigints as text (drivers differ in how they return int8). */
+  readonly used_bytes: string
+  readonly quota_bytes: string | null
+  readonly attachment_policy: unknown
 }
 
 const endpointOf = (e: EndpointJson): EndpointRow => ({
@@ -110,7 +130,8 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
       const input = JSON.stringify(requests.map((r, ord) => ({ ord, ...r })))
       const noWake = sql`NULL::uuid AS wake_function, NULL::json AS wake_allowlist`
       return sql<OwnerRow & { readonly ord: number }>`
-        SELECT i.ord, x.*
+        SELECT i.ord, x.*, coalesce(su.used_bytes, 0)::text AS used_bytes, storage_quota_bytes(og.plan)::text AS quota_bytes,
+               og.attachment_policy
           FROM json_to_recordset(${input}::json) AS i(ord int, address text, base text, domain text, wake uuid)
           CROSS JOIN LATERAL (
             (SELECT o.id AS org_id, NULL::uuid AS domain_id, o.spam_threshold AS threshold, ${candidates(sql`o.id`, sql`NULL::uuid`)}, ${noWake}, ib.id AS inbox_id
@@ -129,7 +150,9 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
                     f.id, coalesce((SELECT a.senders FROM function_wake_allowlists a WHERE a.function_id = f.id), '[]'::jsonb)::json, NULL::uuid
                FROM functions f
               WHERE i.wake IS NOT NULL AND f.id = i.wake)
-          ) x`
+          ) x
+          JOIN organizations og ON og.id = x.org_id
+          LEFT JOIN storage_usage su ON su.org_id = x.org_id`
     }
 
     const factsOf = (row: OwnerRow, address: string): RecipientFacts => {
@@ -139,7 +162,12 @@ export class RouteResolver extends Effect.Service<RouteResolver>()("mailroom/Rou
         spamThreshold: row.threshold === null ? null : Number(row.threshold),
         filters: row.filters,
         wake: row.wake_function === null ? null : { functionId: row.wake_function, allowlist: row.wake_allowlist ?? [] },
-        inboxId: row.inbox_id
+        inboxId: row.inbox_id,
+        org: {
+          usedBytes: Number(row.used_bytes),
+          quotaBytes: row.quota_bytes === null ? null : Number(row.quota_bytes),
+          attachmentPolicy: parsePolicy(row.attachment_policy)
+        }
       })
       if (row.wake_function !== null) {
         return facts({

@@ -8,7 +8,7 @@ import { Effect, Layer, Option, Schedule, Schema } from "effect"
 import { Conflict, NotFound } from "../contract/Errors.js"
 import { EmailRow } from "../emails/Repo.js"
 import { parseEmail } from "../mail/Parse.js"
-import { type Recipient, Recipients } from "../inbound/Recipients.js"
+import { type Recipient, Recipients, UNKNOWN_ORG } from "../inbound/Recipients.js"
 import type { EventType } from "../inbound/Classify.js"
 import { EmailStoredHooks, type InboundMessage, type StoredEmail } from "../inbound/Store.js"
 import { UNKNOWN_TRUST } from "../mail/Trust.js"
@@ -53,7 +53,8 @@ export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mail
           filters: [],
           resolution: { orgId, domainId: row.domain_id, via: "none" as const, routeId: null, endpoint: Option.none() },
           wake: null,
-          inboxId: null
+          inboxId: null,
+          org: UNKNOWN_ORG
         }))
         // The inbox it reached when it arrived (kept, or null once that inbox was deleted).
         const recipient: Recipient = { ...served, inboxId: row.inbox_id }

@@ -4,6 +4,7 @@
  * sending because it reads sent emails: bounces implement the port (src/bounces/SendOutcomes.ts) and
  * the composition root (src/Server.ts) wires it.
  */
+import type { Statement } from "@effect/sql"
 import { Context, type Effect } from "effect"
 import type { SentRow } from "./Repo.js"
 
@@ -14,4 +15,6 @@ export class SendOutcomes extends Context.Tag("mailroom/SendOutcomes")<SendOutco
   readonly relayDelayed: (row: SentRow, smtpCode: number | null, diagnostic: string, retryAt: Date) => Effect.Effect<void>
   /** Which of these (lower-case) addresses the organization's suppression list holds. */
   readonly suppressedAmong: (orgId: string, addresses: ReadonlyArray<string>) => Effect.Effect<ReadonlySet<string>>
+  /** The same as a scalar subquery (a `json` array of addresses), read inside the send path's own statement. */
+  readonly suppressedColumn: (orgId: string, addresses: ReadonlyArray<string>) => Statement.Fragment
 }>() {}

@@ -25,7 +25,7 @@ import {
   validSenders
 } from "../registries/Senders.js"
 import type { SendOutcomes } from "./Outcomes.js"
-import type { SendingRepo } from "./Repo.js"
+import type { SendingRepo, Usage } from "./Repo.js"
 import { DAY_S, HOUR_S, quotaRefusal } from "./Validate.js"
 
 export const GATE_DOCS_PATH = "/docs#tag/sending"
@@ -209,14 +209,17 @@ export const sendChecks = (deps: {
       })
     })
 
-  /** 429 when either window is full (nothing counted). */
-  const checkQuota = (orgId: string, facts: OrgFacts, at: Date) =>
+  /** 429 when either window of `u` (the usage read under the quota lock) is full. */
+  const quotaOf = (facts: OrgFacts, u: Usage, at: Date) =>
     Effect.gen(function*() {
       const limits = LIMITS[facts.plan]
-      const u = yield* repo.usage(orgId, at)
       if (u.hour >= limits.send_per_hour) return yield* quotaRefusal(limits.send_per_hour, HOUR_S, u.hour, u.oldest_hour, at.getTime())
       if (u.day >= limits.send_per_day) return yield* quotaRefusal(limits.send_per_day, DAY_S, u.day, u.oldest_day, at.getTime())
     })
 
-  return { stateOf, orgFacts, checkSender, defaultFrom, checkGate, checkSuppressed, checkQuota } as const
+  /** 429 when either window is full (nothing counted). */
+  const checkQuota = (orgId: string, facts: OrgFacts, at: Date) =>
+    Effect.flatMap(repo.usage(orgId, at), (u) => quotaOf(facts, u, at))
+
+  return { stateOf, orgFacts, checkSender, defaultFrom, checkGate, checkSuppressed, checkQuota, quotaOf } as const
 }

@@ -76,7 +76,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     // In the service's scope, so stopping the service interrupts it.
     yield* Effect.forkScoped(Effect.ignore(dkim.managedSigning))
 
-    const { checkGate, checkQuota, checkSender, checkSuppressed, defaultFrom, orgFacts, stateOf } = sendChecks({ sql, repo, outcomes, config })
+    const { checkGate, checkQuota, checkSender, checkSuppressed, defaultFrom, orgFacts, quotaOf, stateOf } = sendChecks({ sql, repo, outcomes, config })
     const loop = loopGuard({ repo, orgEvents })
     const { relayRow } = transmitter({ repo, dkim, local, relay, verp, outcomes })
 
@@ -157,14 +157,20 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           automated: automation !== undefined,
           content
         }
-        // Under the organization's quota lock, so concurrent automated sends never pass the loop budgets.
+        // Under the organization's quota lock, so concurrent sends never overshoot the quota and
+        // concurrent automated sends never pass the loop budgets. A person's send writes its row in
+        // the statement that reads the usage (as it was before the row): a full window fails the
+        // transaction, which takes the row back.
         const recorded = yield* Effect.gen(function*() {
           yield* repo.lockQuota(orgId)
-          yield* checkQuota(orgId, facts, at)
-          if (automation !== undefined) {
-            const refusal = yield* loop.check(orgId, thread.threadId, all, at)
-            if (Option.isSome(refusal)) return Either.left(refusal.value)
+          if (automation === undefined) {
+            const counted = yield* repo.recordCounted(record, at)
+            yield* quotaOf(facts, counted.usage, at)
+            return Either.right(counted.row)
           }
+          yield* checkQuota(orgId, facts, at)
+          const refusal = yield* loop.check(orgId, thread.threadId, all, at)
+          if (Option.isSome(refusal)) return Either.left(refusal.value)
           return Either.right(yield* repo.recordSentEmail(record))
         }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
         if (Either.isLeft(recorded)) {

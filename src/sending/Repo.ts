@@ -249,15 +249,21 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
       ).pipe(pageRows(SentRow, "sent email page"), Effect.orDie)
     }
 
-    /** Writes a send's outcome if `token` still holds the row; the row as it now is, or none when the lease was lost. */
-    const finish = (id: string, token: string, o: Outcome) =>
+    /**
+     * Writes a send's outcome if `token` still holds the row; the row as it now is, or none when the
+     * lease was lost. `along`: CTEs written in the same statement, which see the updated row as the
+     * CTE `finished` (an event reporting the outcome: it exists exactly when the outcome does).
+     */
+    const finish = (id: string, token: string, o: Outcome, along: ReadonlyArray<Statement.Fragment> = []) =>
       sql`
-        UPDATE sent_emails SET status = ${o.status}, sent_at = ${o.status === "sent" ? o.at : null},
-          relay_response = ${o.relayResponse}, error_code = ${o.error?.code ?? null}, error_message = ${o.error?.message ?? null},
-          error_details = ${o.error === null ? null : JSON.stringify(o.error.details ?? null)}::jsonb,
-          attempt_count = attempt_count + 1, lease_token = NULL, lease_until = NULL, due_at = NULL,
-          content_discarded = (discard_content AND ${o.status === "sent"}), updated_at = now()
-        WHERE id = ${id} AND lease_token = ${token} RETURNING *`.pipe(
+        WITH finished AS (
+          UPDATE sent_emails SET status = ${o.status}, sent_at = ${o.status === "sent" ? o.at : null},
+            relay_response = ${o.relayResponse}, error_code = ${o.error?.code ?? null}, error_message = ${o.error?.message ?? null},
+            error_details = ${o.error === null ? null : JSON.stringify(o.error.details ?? null)}::jsonb,
+            attempt_count = attempt_count + 1, lease_token = NULL, lease_until = NULL, due_at = NULL,
+            content_discarded = (discard_content AND ${o.status === "sent"}), updated_at = now()
+          WHERE id = ${id} AND lease_token = ${token} RETURNING *)${sql.join("", false)(along.map((f) => sql`, ${f}`))}
+        SELECT * FROM finished`.pipe(
         firstRow(SentRow, "sent email finish"),
         Effect.tap((row) =>
           Option.isSome(row) && row.value.content_discarded

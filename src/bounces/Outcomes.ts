@@ -49,12 +49,22 @@ export class Outcomes extends Effect.Service<Outcomes>()("mailroom/Outcomes", {
     const orgEvents = yield* OrgEvents
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
-    const emit = (row: SentRow, eventType: string, data: Record<string, unknown>, at: Date) =>
-      orgEvents.emit({ orgId: row.org_id, eventType, createdAt: at, data: { sent_email: sentSummary(row), recipient: null, ...data } })
+    const eventOf = (row: SentRow, eventType: string, data: Record<string, unknown>, at: Date) =>
+      ({ orgId: row.org_id, eventType, createdAt: at, data: { sent_email: sentSummary(row), recipient: null, ...data } })
+
+    const emit = (row: SentRow, eventType: string, data: Record<string, unknown>, at: Date) => orgEvents.emit(eventOf(row, eventType, data, at))
 
     /** `email.sent`: the relay took the message. */
     const sent = (row: SentRow, relayResponse: string | null) =>
       Effect.flatMap(now, (at) => emit(row, "email.sent", { relay_response: relayResponse }, at))
+
+    /**
+     * `email.sent` as CTEs of the statement that records the send as sent (`OrgEvents.emitWithin`):
+     * emitted when its CTE `guard` yields the row. `row` is the sent email as that statement leaves it.
+     */
+    const sentWithin = (row: SentRow, relayResponse: string | null, guard: string) =>
+      Effect.flatMap(now, (at) =>
+        orgEvents.emitWithin(eventOf(row, "email.sent", { relay_response: relayResponse }, at), guard))
 
     /** `email.delivery_delayed` from the relay: a temporary failure, tried again at `retryAt`. */
     const relayDelayed = (row: SentRow, smtpCode: number | null, diagnostic: string, retryAt: Date) =>
@@ -135,7 +145,7 @@ export class Outcomes extends Effect.Service<Outcomes>()("mailroom/Outcomes", {
         return { _tag: "Handled", events } as const
       }).pipe(Effect.withSpan("Outcomes.report"))
 
-    return { sent, relayDelayed, report } as const
+    return { sent, sentWithin, relayDelayed, report } as const
   }),
   dependencies: [SuppressionsRepo.Default]
 }) {}

@@ -44,6 +44,11 @@ export class SuppressionsRepo extends Effect.Service<SuppressionsRepo>()("mailro
         orDieRows("suppressed addresses")
       )
 
+    /** `suppressedAmong` as a scalar subquery (a `json` array) for a statement that reads it beside other things. */
+    const suppressedColumn = (orgId: string, addresses: ReadonlyArray<string>) =>
+      sql`coalesce((SELECT json_agg(s.address) FROM suppressions s
+            WHERE s.org_id = ${orgId} AND s.address = ANY (${[...new Set(addresses)]}::text[])), '[]'::json)`
+
     const list = (orgId: string, limit: number, after: Position | undefined) =>
       pageWithTotal(sql, "suppressions", sql`org_id = ${orgId}`, limit, after).pipe(
         pageRows(SuppressionRow, "suppression page"),
@@ -88,6 +93,6 @@ export class SuppressionsRepo extends Effect.Service<SuppressionsRepo>()("mailro
         Effect.flatMap(decodeFirst(SentRow, "sent email outcome"))
       )
 
-    return { suppressedAmong, list, remove, suppress, sentEmail, markOutcome } as const
+    return { suppressedAmong, suppressedColumn, list, remove, suppress, sentEmail, markOutcome } as const
   })
 }) {}

@@ -12,6 +12,8 @@ export const SendOutcomesLive = Layer.effect(
   Effect.gen(function*() {
     const outcomes = yield* Outcomes
     const suppressions = yield* SuppressionsRepo
-    return { sent: outcomes.sent, relayDelayed: outcomes.relayDelayed, suppressedAmong: suppressions.suppressedAmong }
+    return { sent: outcomes.sent, sentWithin: outcomes.sentWithin, relayDelayed: outcomes.relayDelayed, suppressedAmong: suppressions.suppressedAmong,
+      suppressedColumn: suppressions.suppressedColumn
+    }
   })
 ).pipe(Layer.provide(Outcomes.Default), Layer.provide(SuppressionsRepo.Default))

@@ -181,6 +181,19 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
         RETURNING id, pg_notify(${NOTIFY_CHANNEL}, 'due')`
 
 
+    /**
+     * `enqueueStatement` for each endpoint a CTE of the surrounding statement yields (its columns
+     * `id` and `created_at`, enqueued in that order), as the body of a data-modifying CTE.
+     */
+    const enqueueEach = (d: Omit<NewDelivery, "endpointId" | "replayOf">, endpoints: string) =>
+      sql`
+        INSERT INTO deliveries (org_id, email_id, endpoint_id, event_id, event_type, payload, replay_of,
+          email_sender, email_recipient, email_subject)
+        SELECT ${d.orgId}::uuid, ${d.emailId}::uuid, e.id, ${d.eventId}::text, ${d.eventType}::text, ${d.payload}::text, NULL,
+          ${d.sender}::text, ${d.recipient}::text, ${d.subject}::text
+        FROM ${sql.literal(endpoints)} e ORDER BY e.created_at, e.id
+        RETURNING id, pg_notify(${NOTIFY_CHANNEL}, 'due')`
+
     /** Inserts a delivery already claimed by the caller (a replay attempted in the request). */
     const insertClaimed = (d: NewDelivery, worker: string, leaseMs: number) =>
       Effect.gen(function*() {
@@ -364,6 +377,6 @@ export class DeliveryQueue extends Effect.Service<DeliveryQueue>()("mailroom/Del
       return at ? Math.max(0, at.getTime() - now) : null
     })
 
-    return { enqueueStatement, insertClaimed, claim, complete, completeNow, dispatchFailed, extendLease, nextDueIn } as const
+    return { enqueueStatement, enqueueEach, insertClaimed, claim, complete, completeNow, dispatchFailed, extendLease, nextDueIn } as const
   })
 }) {}

@@ -17,6 +17,8 @@ import { ServiceKey } from "../platform/ServiceKey.js"
 export const DKIM_SELECTOR = "mailroom"
 const SEAL_PURPOSE = "dkim private keys v1"
 const MODULUS_BITS = 2048
+/** Opened domain keys kept by one process (the oldest is dropped past this). */
+const OPENED_MAX = 1000
 
 /** What nodemailer's DKIM signer takes. */
 export interface DkimSigning {
@@ -57,6 +59,9 @@ export class DkimKeys extends Effect.Service<DkimKeys>()("mailroom/DkimKeys", {
     const sealing = yield* Effect.flatMap(ServiceKey, (k) => k.derive(SEAL_PURPOSE))
     const managed = (yield* AppConfig).managedInboxDomain.toLowerCase()
     const signingCache = new Map<string, DkimSigning>()
+    // Opened domain keys by key id. A key row is never changed (made once per domain, gone with
+    // its domain, whose id is never reused), so an entry is never stale: no expiry, only a bound.
+    const opened = new Map<string, DkimSigning>()
 
     const aad = (domain: string, selector: string) => `${selector}._domainkey.${domain}`
 
@@ -126,15 +131,26 @@ export class DkimKeys extends Effect.Service<DkimKeys>()("mailroom/DkimKeys", {
       Effect.gen(function*() {
         const domain = address.slice(address.lastIndexOf("@") + 1).toLowerCase()
         if (domain === managed) return Option.some(yield* managedSigning)
-        const found = yield* sql`SELECT id FROM domains
-          WHERE org_id = ${orgId} AND domain = ${domain} AND verified_at IS NOT NULL`.pipe(
-          firstRow(Schema.Struct({ id: Schema.String }), "verified domain of address"),
+        // The verified domain and its key in one statement; the domain is read every time (it may
+        // be deleted or re-claimed), the opened key comes from `opened` when this process has it.
+        const found = yield* sql`SELECT d.id AS domain_id, k.id AS key_id FROM domains d
+          LEFT JOIN dkim_keys k ON k.domain_id = d.id
+          WHERE d.org_id = ${orgId} AND d.domain = ${domain} AND d.verified_at IS NOT NULL`.pipe(
+          firstRow(Schema.Struct({ domain_id: Schema.String, key_id: Schema.NullOr(Schema.String) }), "verified domain of address"),
           Effect.orDie
         )
-        const domainId = Option.getOrUndefined(found)?.id
-        if (domainId === undefined) return Option.none<DkimSigning>()
+        if (Option.isNone(found)) return Option.none<DkimSigning>()
+        const { domain_id: domainId, key_id: keyId } = found.value
+        const known = keyId === null ? undefined : opened.get(keyId)
+        if (known !== undefined) return Option.some(known)
         yield* createForDomain(domainId, domain)
-        return Option.map(yield* keyOfDomainId(domainId), toSigning)
+        const row = yield* keyOfDomainId(domainId)
+        return Option.map(row, (r) => {
+          const signing = toSigning(r)
+          if (opened.size >= OPENED_MAX) opened.delete(opened.keys().next().value!)
+          opened.set(r.id, signing)
+          return signing
+        })
       })
 
     return { createForDomain, recordForDomain, managedSigning, managedRecord, signingFor } as const

@@ -15,7 +15,7 @@ import { Mailer } from "../mail/Mailer.js"
 import { AppConfig } from "../platform/Config.js"
 import { randomToken, sha256Hex } from "../platform/Secrets.js"
 import { parseMailbox } from "../mail/Addresses.js"
-import { codeOf, Sender, type SendInput } from "../sending/Sender.js"
+import { type ApprovalSetting, codeOf, Sender, type SendInput } from "../sending/Sender.js"
 import { escapeHtml } from "../identity/Html.js"
 import { type Draft, DRAFT_TTL_DAYS } from "./Api.js"
 import { type DraftRow, DraftsRepo, fromStored, toDraft } from "./Repo.js"
@@ -70,8 +70,10 @@ export class Approvals extends Effect.Service<Approvals>()("mailroom/Approvals",
     }
 
     /** The draft a send becomes when it needs approval; None when it may go now. */
-    const hold = (principal: Principal, input: SendInput): Effect.Effect<Option.Option<Draft>> =>
+    const hold = (principal: Principal, input: SendInput, known?: ApprovalSetting): Effect.Effect<Option.Option<Draft>> =>
       Effect.gen(function*() {
+        // The send path reads the setting with the rest of its state: with none, nothing more to read.
+        if (known === "none") return Option.none()
         const setting = yield* repo.setting(principal.orgId)
         if (setting.send_approval === "none") return Option.none()
         const recipients = [...new Set([...input.to, ...input.cc, ...input.bcc].map(addressOfInput))]

@@ -6,7 +6,7 @@
  * embedded in the statement that stores what it reports. Read in (xid, seq) order up to the oldest
  * running transaction, so a reader never passes a position a late commit could still fill.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Layer, Schedule, Schema } from "effect"
 import { rowsOrDie } from "../platform/Rows.js"
 import { EVENT_LOG_RETENTION_HOURS } from "./Api.js"
@@ -57,6 +57,12 @@ export class EventLog extends Effect.Service<EventLog>()("mailroom/EventLog", {
           VALUES (${e.orgId}, ${e.eventId}, ${e.eventType}, ${e.payload})
           ON CONFLICT (org_id, event_id) DO NOTHING`
 
+    /** `appendStatement` as the body of a data-modifying CTE that logs only when `when` (a condition) holds. */
+    const appendWhen = (e: NewLogEntry, when: Statement.Fragment) =>
+      sql`INSERT INTO org_events (org_id, event_id, event_type, payload)
+          SELECT ${e.orgId}::uuid, ${e.eventId}::text, ${e.eventType}::text, ${e.payload}::text WHERE ${when}
+          ON CONFLICT (org_id, event_id) DO NOTHING`
+
     /** Everything already committed is behind this position: a new reader starts here. */
     const head = sql`SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin`.pipe(
       Effect.flatMap(Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ xmin: Schema.String })))),
@@ -101,7 +107,7 @@ export class EventLog extends Effect.Service<EventLog>()("mailroom/EventLog", {
         SELECT seq FROM org_events
         WHERE created_at < now() - make_interval(hours => ${EVENT_LOG_RETENTION_HOURS}) LIMIT 5000)`
 
-    return { appendStatement, head, positionOf, after, prune } as const
+    return { appendStatement, appendWhen, head, positionOf, after, prune } as const
   })
 }) {}
 

@@ -11,7 +11,7 @@
  * reaches them only when they ask for it. Disabled and deleted endpoints receive nothing. Filters and
  * the sender and size rules apply to mail only.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Either, Schema } from "effect"
 import { schemaOf } from "../webhooks/Events.js"
 import { newEventId } from "../webhooks/Payload.js"
@@ -53,18 +53,27 @@ export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents",
      * transaction when it has one: the event exists exactly when what it reports was committed).
      * Answers the event id and the number of deliveries.
      */
-    const emit = (event: OrgEvent) =>
-      Effect.gen(function*() {
-        const endpoints = yield* sql`
-          SELECT id FROM endpoints
-          WHERE org_id = ${event.orgId} AND deactivated_at IS NULL AND enabled
+    /** The endpoints subscribed to the event (see the module's comment), as a condition on `endpoints`. */
+    const subscribed = (event: OrgEvent) =>
+      sql`org_id = ${event.orgId} AND deactivated_at IS NULL AND enabled
             AND (
               (jsonb_typeof(rules -> 'event_types') = 'array' AND rules -> 'event_types' ? ${event.eventType})
               OR (NOT (rules ? 'event_types') AND domain_id IS NULL AND NOT is_route_target)
-            )
+            )`
+
+    const payloadOf = (event: OrgEvent, eventId: string) =>
+      Effect.map(
+        encoded({ id: eventId, event: event.eventType, created_at: event.createdAt.toISOString(), ...event.data }),
+        (body) => JSON.stringify(body)
+      )
+
+    const emit = (event: OrgEvent) =>
+      Effect.gen(function*() {
+        const endpoints = yield* sql`
+          SELECT id FROM endpoints WHERE ${subscribed(event)}
           ORDER BY created_at, id`.pipe(allRows(SubscribedEndpoint, "subscribed endpoints"))
         const eventId = newEventId()
-        const payload = JSON.stringify(yield* encoded({ id: eventId, event: event.eventType, created_at: event.createdAt.toISOString(), ...event.data }))
+        const payload = yield* payloadOf(event, eventId)
         // Without a subscribed endpoint the event still reaches the organization's event log.
         if (endpoints.length === 0) {
           yield* log.appendStatement({ orgId: event.orgId, eventId, eventType: event.eventType, payload })
@@ -86,7 +95,27 @@ export class OrgEvents extends Effect.Service<OrgEvents>()("mailroom/OrgEvents",
         return { eventId, deliveries: endpoints.length }
       }).pipe(Effect.orDie)
 
-    return { emit } as const
+    /**
+     * `emit` as data-modifying CTEs (named `event_*`) to embed in the statement that writes what the
+     * event reports: it is emitted exactly when the CTE named `guard` of that statement yields a
+     * row, in the same round trip and the same transaction.
+     */
+    const emitWithin = (event: OrgEvent, guard: string) =>
+      Effect.suspend(() => {
+        const eventId = newEventId()
+        return Effect.map(payloadOf(event, eventId), (payload) => ({ eventId, payload }))
+      }).pipe(Effect.map(({ eventId, payload }): ReadonlyArray<Statement.Fragment> => {
+        const happened = sql`EXISTS (SELECT 1 FROM ${sql.literal(guard)})`
+        const entry = { orgId: event.orgId, eventId, eventType: event.eventType, payload }
+        return [
+          sql`event_endpoints AS (SELECT id, created_at FROM endpoints WHERE ${subscribed(event)} AND ${happened})`,
+          // Without a subscribed endpoint the event still reaches the organization's event log.
+          sql`event_logged AS (${log.appendWhen(entry, sql`${happened} AND NOT EXISTS (SELECT 1 FROM event_endpoints)`)})`,
+          sql`event_queued AS (${queue.enqueueEach({ ...entry, emailId: null, sender: "", recipient: "", subject: "" }, "event_endpoints")})`
+        ]
+      }))
+
+    return { emit, emitWithin } as const
   }),
   dependencies: [EventLog.Default]
 }) {}

@@ -48,21 +48,35 @@ export const onlySender = (s: SendableAddresses): string | undefined =>
 /** `inboxes` and `domains` are `json` arrays, handed over parsed. */
 const SendersRow = Schema.Struct({ managed: Schema.NullOr(Schema.String), inboxes: JsonColumn(TextArray), domains: JsonColumn(TextArray) })
 
-export const sendableAddresses = (orgId: string) =>
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql`
-      SELECT o.managed_inbox_address AS managed,
+/**
+ * The select-list columns `managed`, `inboxes` and `domains` of the organization row `o`, for a
+ * statement that reads them beside other things (the send path reads them with the rest of its
+ * organization state in one statement); `sendableOf` turns them into SendableAddresses.
+ */
+export const sendableColumns = (sql: SqlClient.SqlClient) =>
+  sql`o.managed_inbox_address AS managed,
         coalesce((SELECT json_agg(i.address ORDER BY i.created_at, i.id) FROM inboxes i
           WHERE i.org_id = o.id AND NOT i.is_default), '[]'::json) AS inboxes,
         coalesce((SELECT json_agg(d.domain ORDER BY d.domain) FROM domains d
-          WHERE d.org_id = o.id AND d.verified_at IS NOT NULL), '[]'::json) AS domains
-      FROM organizations o WHERE o.id = ${orgId}`.pipe(allRows(SendersRow, "sendable addresses"), Effect.orDie)
-    return {
-      managed: rows[0]?.managed ?? null,
-      inboxes: rows[0]?.inboxes ?? [],
-      domains: rows[0]?.domains ?? []
-    } satisfies SendableAddresses
+          WHERE d.org_id = o.id AND d.verified_at IS NOT NULL), '[]'::json) AS domains`
+
+/** The columns of `sendableColumns`, as decoded. */
+export const SendableFields = SendersRow.fields
+
+export const sendableOf = (row: typeof SendersRow.Type | undefined): SendableAddresses => ({
+  managed: row?.managed ?? null,
+  inboxes: row?.inboxes ?? [],
+  domains: row?.domains ?? []
+})
+
+export const sendableAddresses = (orgId: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql`SELECT ${sendableColumns(sql)} FROM organizations o WHERE o.id = ${orgId}`.pipe(
+      allRows(SendersRow, "sendable addresses"),
+      Effect.orDie
+    )
+    return sendableOf(rows[0])
   })
 
 /** Fails with 403 `cannot_send_from_domain` (listing `valid_senders`) unless the organization can send from `address`. */

@@ -7,9 +7,12 @@
 import { Context, type Effect, type Option } from "effect"
 import type { Draft } from "../contract/Drafts.js"
 import type { Principal } from "../contract/Security.js"
-import type { SendInput } from "./Sender.js"
+import type { ApprovalSetting, SendInput } from "./Sender.js"
 
 export class SendApproval extends Context.Tag("mailroom/SendApproval")<SendApproval, {
-  /** The draft the send is held as; none when it goes out now. */
-  readonly hold: (principal: Principal, input: SendInput) => Effect.Effect<Option.Option<Draft>>
+  /**
+   * The draft the send is held as; none when it goes out now. `setting` is the account's
+   * `send_approval` when the caller read it already (with the rest of the send's state).
+   */
+  readonly hold: (principal: Principal, input: SendInput, setting?: ApprovalSetting) => Effect.Effect<Option.Option<Draft>>
 }>() {}

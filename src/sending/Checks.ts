@@ -1,19 +1,31 @@
 /**
  * The checks of a send against the organization's state, run when it is submitted and again when a
  * scheduled send comes due: the sender check (the From address and every address its display name
- * shows), the first-send gate, the suppression list and the plan's quotas. `checkQuota` decides
- * nothing alone: its caller holds the organization's quota lock (SendingRepo.lockQuota) in the same
- * transaction, so concurrent sends never overshoot.
+ * shows), the first-send gate, the suppression list and the plan's quotas. Everything but the quota
+ * is read in ONE statement (`stateOf`: plan, entitlements, settings, sendable addresses, and which
+ * recipients are suppressed or known) and checked from it. `checkQuota` decides nothing alone: its
+ * caller holds the organization's quota lock (SendingRepo.lockQuota) in the same transaction, so
+ * concurrent sends never overshoot.
  */
 import { SqlClient } from "@effect/sql"
 import { type Context, Effect, Option, Schema } from "effect"
 import { CannotSendFromDomain, type Gate, RecipientNotAllowed, RecipientSuppressed, ValidationError } from "../contract/Errors.js"
 import { Entitlement, entitlementsOf, LIMITS, Plan } from "../contract/Plans.js"
+import { Enum } from "../platform/Rows.js"
 import type { AppConfigShape } from "../platform/Config.js"
-import { firstRow, JsonColumn } from "../platform/Rows.js"
-import { canSendFrom, onlySender, sendableAddresses, validSenders } from "../registries/Senders.js"
+import { allRows, firstRow, JsonColumn, TextArray } from "../platform/Rows.js"
+import {
+  canSendFrom,
+  onlySender,
+  SendableAddresses,
+  sendableAddresses,
+  sendableColumns,
+  SendableFields,
+  sendableOf,
+  validSenders
+} from "../registries/Senders.js"
 import type { SendOutcomes } from "./Outcomes.js"
-import type { SendingRepo } from "./Repo.js"
+import type { SendingRepo, Usage } from "./Repo.js"
 import { DAY_S, HOUR_S, quotaRefusal } from "./Validate.js"
 
 export const GATE_DOCS_PATH = "/docs#tag/sending"
@@ -35,6 +47,34 @@ export interface OrgFacts {
 /** `granted` is `json` (an array the drivers hand over parsed). */
 const FactsRow = Schema.Struct({ plan: Plan, discard: Schema.Boolean, granted: JsonColumn(Schema.Array(Entitlement)) })
 
+/** The account's `send_approval`. */
+export type ApprovalSetting = "none" | "new_recipients" | "all"
+
+/** What the checks of one send read of its organization, in one statement (`stateOf`). */
+export interface SendState {
+  readonly facts: OrgFacts
+  readonly approval: ApprovalSetting
+  readonly senders: SendableAddresses
+  /** The recipients it was read for (as given, and lower case): a send to others reads it again. */
+  readonly recipients: ReadonlySet<string>
+  /** Which of them the suppression list holds (lower case). */
+  readonly suppressed: ReadonlySet<string>
+  /** Which of them have sent the organization accepted mail. */
+  readonly known: ReadonlySet<string>
+}
+
+const StateRow = Schema.Struct({
+  ...FactsRow.fields,
+  ...SendableFields,
+  approval: Enum("none", "new_recipients", "all"),
+  suppressed: JsonColumn(TextArray),
+  known: JsonColumn(TextArray)
+})
+
+/** Whether `state` was read for every one of `recipients`. */
+export const covers = (state: SendState, recipients: ReadonlyArray<string>) =>
+  recipients.every((a) => state.recipients.has(a) && state.recipients.has(a.toLowerCase()))
+
 /** The organization-state checks, over the send path's own SQL client, repository and outcomes port. */
 export const sendChecks = (deps: {
   readonly sql: SqlClient.SqlClient
@@ -45,16 +85,46 @@ export const sendChecks = (deps: {
   const { config, outcomes, repo, sql } = deps
   const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
 
+  const factsOf = (r: typeof FactsRow.Type | undefined): OrgFacts => {
+    const row = r ?? { plan: "agent" as const, discard: false, granted: [] }
+    return { plan: row.plan, entitlements: entitlementsOf(row.plan, row.granted), discardEnabled: row.discard }
+  }
+
+  /** The organization's state for a send to `recipients`, in one statement. */
+  const stateOf = (orgId: string, recipients: ReadonlyArray<string>): Effect.Effect<SendState> => {
+    const given = [...new Set(recipients)]
+    const lower = [...new Set(given.map((a) => a.toLowerCase()))]
+    return sql`
+      SELECT o.plan, o.discard_content_on_webhook_confirmed AS discard, o.send_approval AS approval,
+        coalesce((SELECT json_agg(g.entitlement) FROM organization_entitlements g WHERE g.org_id = o.id), '[]'::json) AS granted,
+        ${sendableColumns(sql)},
+        ${outcomes.suppressedColumn(orgId, lower)} AS suppressed,
+        coalesce((SELECT json_agg(k.address) FROM known_addresses k
+          WHERE k.org_id = o.id AND k.address = ANY (${given}::text[])), '[]'::json) AS known
+      FROM organizations o WHERE o.id = ${orgId}`.pipe(
+      allRows(StateRow, "organization state of send"),
+      Effect.map((rows): SendState => {
+        const r = rows[0]
+        return {
+          facts: factsOf(r),
+          approval: r?.approval ?? "none",
+          senders: sendableOf(r),
+          recipients: new Set([...given, ...lower]),
+          suppressed: new Set(r?.suppressed ?? []),
+          known: new Set(r?.known ?? [])
+        }
+      }),
+      Effect.orDie
+    )
+  }
+
   const orgFacts = (orgId: string) =>
     sql`
       SELECT o.plan, o.discard_content_on_webhook_confirmed AS discard,
         coalesce((SELECT json_agg(g.entitlement) FROM organization_entitlements g WHERE g.org_id = o.id), '[]'::json) AS granted
       FROM organizations o WHERE o.id = ${orgId}`.pipe(
       firstRow(FactsRow, "organization facts of send"),
-      Effect.map((row): OrgFacts => {
-        const r = Option.getOrElse(row, () => ({ plan: "agent" as const, discard: false, granted: [] }))
-        return { plan: r.plan, entitlements: entitlementsOf(r.plan, r.granted), discardEnabled: r.discard }
-      }),
+      Effect.map((row) => factsOf(Option.getOrUndefined(row))),
       Effect.orDie
     )
 
@@ -62,8 +132,8 @@ export const sendChecks = (deps: {
    * 403 `cannot_send_from_domain` unless the organization can send from the address, and from every
    * address its display name shows (`"ceo@other.test" <own inbox>` would pass for other.test).
    */
-  const checkSender = (orgId: string, address: string, displayName: string) =>
-    Effect.flatMap(sendableAddresses(orgId).pipe(provideSql), (s) => {
+  const checkSender = (s: SendableAddresses, address: string, displayName: string) =>
+    Effect.suspend(() => {
       const shown = addressesIn(displayName).find((a) => !canSendFrom(s, a))
       if (shown !== undefined) {
         const valid = validSenders(s)
@@ -104,11 +174,11 @@ export const sendChecks = (deps: {
     })
 
   /** The first-send gate: with `send_to_known_addresses`, every recipient must have written in first. */
-  const checkGate = (orgId: string, facts: OrgFacts, recipients: ReadonlyArray<string>) =>
+  const checkGate = (state: SendState, recipients: ReadonlyArray<string>) =>
     Effect.gen(function*() {
-      if (!facts.entitlements.includes("send_to_known_addresses")) return
+      if (!state.facts.entitlements.includes("send_to_known_addresses")) return
       const unique = [...new Set(recipients)]
-      const known = yield* repo.knownAmong(orgId, unique)
+      const known = state.known
       const refused = unique.filter((a) => !known.has(a))
       if (refused.length === 0) return
       const gates: Array<Gate> = refused.map((subject) => ({
@@ -127,9 +197,9 @@ export const sendChecks = (deps: {
     })
 
   /** 422 `recipient_suppressed` when a recipient hard-bounced or complained (GET /suppressions). */
-  const checkSuppressed = (orgId: string, recipients: ReadonlyArray<string>) =>
+  const checkSuppressed = (state: SendState, recipients: ReadonlyArray<string>) =>
     Effect.gen(function*() {
-      const found = yield* outcomes.suppressedAmong(orgId, recipients.map((a) => a.toLowerCase()))
+      const found = new Set(recipients.map((a) => a.toLowerCase()).filter((a) => state.suppressed.has(a)))
       if (found.size === 0) return
       const addresses = [...found].sort()
       return yield* new RecipientSuppressed({
@@ -139,14 +209,17 @@ export const sendChecks = (deps: {
       })
     })
 
-  /** 429 when either window is full (nothing counted). */
-  const checkQuota = (orgId: string, facts: OrgFacts, at: Date) =>
+  /** 429 when either window of `u` (the usage read under the quota lock) is full. */
+  const quotaOf = (facts: OrgFacts, u: Usage, at: Date) =>
     Effect.gen(function*() {
       const limits = LIMITS[facts.plan]
-      const u = yield* repo.usage(orgId, at)
       if (u.hour >= limits.send_per_hour) return yield* quotaRefusal(limits.send_per_hour, HOUR_S, u.hour, u.oldest_hour, at.getTime())
       if (u.day >= limits.send_per_day) return yield* quotaRefusal(limits.send_per_day, DAY_S, u.day, u.oldest_day, at.getTime())
     })
 
-  return { orgFacts, checkSender, defaultFrom, checkGate, checkSuppressed, checkQuota } as const
+  /** 429 when either window is full (nothing counted). */
+  const checkQuota = (orgId: string, facts: OrgFacts, at: Date) =>
+    Effect.flatMap(repo.usage(orgId, at), (u) => quotaOf(facts, u, at))
+
+  return { stateOf, orgFacts, checkSender, defaultFrom, checkGate, checkSuppressed, checkQuota, quotaOf } as const
 }

@@ -74,6 +74,17 @@ const ContentRow = Schema.Struct({
 export type ContentRow = typeof ContentRow.Type
 
 const Counted = Schema.Struct({ n: Count })
+
+/** A window's usage: sends counted in the last hour and day, and the oldest of each. */
+const Usage = Schema.Struct({ hour: Count, day: Count, oldest_hour: NullableTimestamp, oldest_day: NullableTimestamp })
+export type Usage = typeof Usage.Type
+/** The same as `row_to_json` hands it over (timestamps as ISO text). */
+const UsageJson = Schema.Struct({
+  hour: Schema.Number,
+  day: Schema.Number,
+  oldest_hour: Schema.NullOr(Schema.DateFromString),
+  oldest_day: Schema.NullOr(Schema.DateFromString)
+})
 const Recipients = SentRow.pipe(Schema.pick("to_addresses", "cc_addresses", "bcc_addresses"))
 
 /** A new sent email: everything the row and its content hold when it is created. */
@@ -153,10 +164,23 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    /** The one write of a new sent email (row + content). */
-    const recordSentEmail = (m: NewSentEmail) =>
+    /** Sends counted in the last hour and the last 24 hours, and when the oldest of each leaves its window. */
+    const usageQuery = (orgId: string, now: Date) =>
       sql`
-        WITH content AS (
+        SELECT count(*) FILTER (WHERE quota_at > ${new Date(now.getTime() - 3600_000)})::int AS hour,
+               count(*)::int AS day,
+               min(quota_at) FILTER (WHERE quota_at > ${new Date(now.getTime() - 3600_000)}) AS oldest_hour,
+               min(quota_at) AS oldest_day
+          FROM sent_emails WHERE org_id = ${orgId} AND quota_at > ${new Date(now.getTime() - 86_400_000)}`
+
+    /**
+     * The one write of a new sent email (row + content). With `countedAt`, the same statement also
+     * answers the organization's usage as it was before this row (`usage`), so a caller holding the
+     * quota lock decides the quota without another round trip (and rolls back when it is full).
+     */
+    const writeSentEmail = (m: NewSentEmail, countedAt: Date | undefined) =>
+      sql`
+        WITH ${countedAt === undefined ? sql`` : sql`quota_usage AS (${usageQuery(m.orgId, countedAt)}),`} content AS (
           INSERT INTO sent_email_contents (sent_email_id, text_body, html_body, extracted_text, headers, attachments)
           VALUES (${m.id}, ${m.content.text_body}, ${m.content.html_body}, ${extractReplyText(m.content.text_body, m.content.html_body)},
                   ${JSON.stringify(m.content.headers)}::jsonb,
@@ -170,7 +194,21 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
           ${m.subject}, ${m.messageId}, ${m.inReplyTo}, ${JSON.stringify(m.references)}::jsonb, ${m.sendAt}, ${m.dueAt},
           ${m.lease?.token ?? null}, ${m.lease?.until ?? null}, ${m.quotaAt}, ${m.discardContent}, ${m.automated},
           ${JSON.stringify(attachmentMeta(m.content.attachments))}::jsonb)
-        RETURNING *`.pipe(allRows(SentRow, "sent email insert"), Effect.map((rows) => rows[0]!), Effect.orDie)
+        RETURNING *${countedAt === undefined ? sql`` : sql`, (SELECT row_to_json(u) FROM quota_usage u) AS quota_usage`}`
+
+    const recordSentEmail = (m: NewSentEmail) =>
+      writeSentEmail(m, undefined).pipe(allRows(SentRow, "sent email insert"), Effect.map((rows) => rows[0]!), Effect.orDie)
+
+    /** `recordSentEmail` with the usage before it (see `writeSentEmail`); the caller holds the quota lock. */
+    const recordCounted = (m: NewSentEmail, at: Date) =>
+      writeSentEmail(m, at).pipe(
+        allRows(Schema.Struct({ ...SentRow.fields, quota_usage: JsonColumn(UsageJson) }), "sent email insert with usage"),
+        Effect.map((rows) => {
+          const { quota_usage, ...row } = rows[0]!
+          return { row: row as SentRow, usage: quota_usage }
+        }),
+        Effect.orDie
+      )
 
     const find = (scope: OrgScope, id: string) =>
       sql`SELECT * FROM sent_emails WHERE id = ${id} AND ${scoped(sql, scope)}`.pipe(
@@ -211,15 +249,21 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
       ).pipe(pageRows(SentRow, "sent email page"), Effect.orDie)
     }
 
-    /** Writes a send's outcome if `token` still holds the row; the row as it now is, or none when the lease was lost. */
-    const finish = (id: string, token: string, o: Outcome) =>
+    /**
+     * Writes a send's outcome if `token` still holds the row; the row as it now is, or none when the
+     * lease was lost. `along`: CTEs written in the same statement, which see the updated row as the
+     * CTE `finished` (an event reporting the outcome: it exists exactly when the outcome does).
+     */
+    const finish = (id: string, token: string, o: Outcome, along: ReadonlyArray<Statement.Fragment> = []) =>
       sql`
-        UPDATE sent_emails SET status = ${o.status}, sent_at = ${o.status === "sent" ? o.at : null},
-          relay_response = ${o.relayResponse}, error_code = ${o.error?.code ?? null}, error_message = ${o.error?.message ?? null},
-          error_details = ${o.error === null ? null : JSON.stringify(o.error.details ?? null)}::jsonb,
-          attempt_count = attempt_count + 1, lease_token = NULL, lease_until = NULL, due_at = NULL,
-          content_discarded = (discard_content AND ${o.status === "sent"}), updated_at = now()
-        WHERE id = ${id} AND lease_token = ${token} RETURNING *`.pipe(
+        WITH finished AS (
+          UPDATE sent_emails SET status = ${o.status}, sent_at = ${o.status === "sent" ? o.at : null},
+            relay_response = ${o.relayResponse}, error_code = ${o.error?.code ?? null}, error_message = ${o.error?.message ?? null},
+            error_details = ${o.error === null ? null : JSON.stringify(o.error.details ?? null)}::jsonb,
+            attempt_count = attempt_count + 1, lease_token = NULL, lease_until = NULL, due_at = NULL,
+            content_discarded = (discard_content AND ${o.status === "sent"}), updated_at = now()
+          WHERE id = ${id} AND lease_token = ${token} RETURNING *)${sql.join("", false)(along.map((f) => sql`, ${f}`))}
+        SELECT * FROM finished`.pipe(
         firstRow(SentRow, "sent email finish"),
         Effect.tap((row) =>
           Option.isSome(row) && row.value.content_discarded
@@ -267,13 +311,8 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
 
     /** Sends counted in the last hour and the last 24 hours, and when the oldest of each leaves its window. */
     const usage = (orgId: string, now: Date) =>
-      sql`
-        SELECT count(*) FILTER (WHERE quota_at > ${new Date(now.getTime() - 3600_000)})::int AS hour,
-               count(*)::int AS day,
-               min(quota_at) FILTER (WHERE quota_at > ${new Date(now.getTime() - 3600_000)}) AS oldest_hour,
-               min(quota_at) AS oldest_day
-          FROM sent_emails WHERE org_id = ${orgId} AND quota_at > ${new Date(now.getTime() - 86_400_000)}`.pipe(
-        allRows(Schema.Struct({ hour: Count, day: Count, oldest_hour: NullableTimestamp, oldest_day: NullableTimestamp }), "send usage"),
+      usageQuery(orgId, now).pipe(
+        allRows(Usage, "send usage"),
         Effect.map((rows) => rows[0]!),
         Effect.orDie
       )
@@ -331,6 +370,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
       automatedInThread,
       automatedSinceLastPerson,
       recordSentEmail,
+      recordCounted,
       find,
       content,
       list,

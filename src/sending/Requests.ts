@@ -26,9 +26,11 @@ export class SendRequests extends Effect.Service<SendRequests>()("mailroom/sendi
     const sendOrHold = (principal: Principal, input: SendInput) =>
       Effect.gen(function*() {
         yield* checkInboxSender(sql, principal, input.from)
-        const held = yield* approvals.hold(principal, input)
+        // One read of the organization's state serves the approval and every check of the send.
+        const state = yield* sender.stateFor(principal.orgId, input)
+        const held = yield* approvals.hold(principal, input, state.approval)
         if (Option.isSome(held)) return { draft: held.value } as const
-        return { email: toSentEmail(yield* sender.submitAs(principal.orgId, input, principal.automation)) } as const
+        return { email: toSentEmail(yield* sender.submitAs(principal.orgId, input, principal.automation, state)) } as const
       })
 
     /** `from` of a send without one: the caller's first inbox when it is limited to inboxes, else the organization's only address. */

@@ -29,12 +29,12 @@ import { randomToken } from "../platform/Secrets.js"
 import { RegistryDirectory } from "../registries/Directory.js"
 import { domainOf, formatMailbox, parseMailbox } from "../mail/Addresses.js"
 import { DkimKeys } from "../domains/Dkim.js"
-import { sendChecks } from "./Checks.js"
+import { covers, sendChecks, type SendState } from "./Checks.js"
 import { LocalDelivery } from "./LocalDelivery.js"
 import { type Automation, autoSubmittedValue, loopGuard } from "./LoopGuard.js"
 import { OutboundRelay, type RelayError } from "./Relay.js"
 import { type ContentRow, type SentRow, SendingRepo } from "./Repo.js"
-import { Threading } from "../mail/Threading.js"
+import { Threading, uuid7 } from "../mail/Threading.js"
 import { decide } from "../policy/Permissions.js"
 import { SendOutcomes } from "./Outcomes.js"
 import { codeOf, transmitter } from "./Transmit.js"
@@ -42,7 +42,7 @@ import { type SendInput, validateSend } from "./Validate.js"
 import { Verp } from "../mail/Verp.js"
 
 // The names of the send path's parts that its callers import from here.
-export { addressesIn, GATE_DOCS_PATH } from "./Checks.js"
+export { addressesIn, type ApprovalSetting, GATE_DOCS_PATH, type SendState } from "./Checks.js"
 export { type Automation, autoSubmittedValue, LOOP_IN_A_ROW, LOOP_THREAD_PER_HOUR } from "./LoopGuard.js"
 export { codeOf } from "./Transmit.js"
 export { guessType, type SendInput, validateSend } from "./Validate.js"
@@ -76,7 +76,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     // In the service's scope, so stopping the service interrupts it.
     yield* Effect.forkScoped(Effect.ignore(dkim.managedSigning))
 
-    const { checkGate, checkQuota, checkSender, checkSuppressed, defaultFrom, orgFacts } = sendChecks({ sql, repo, outcomes, config })
+    const { checkGate, checkQuota, checkSender, checkSuppressed, defaultFrom, orgFacts, quotaOf, stateOf } = sendChecks({ sql, repo, outcomes, config })
     const loop = loopGuard({ repo, orgEvents })
     const { relayRow } = transmitter({ repo, dkim, local, relay, verp, outcomes })
 
@@ -89,21 +89,29 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
      * Records a send and, unless scheduled, relays it now. Fails with the check that refused it, or
      * with the relay's error after recording the message as `failed`.
      */
-    const submitAs = (orgId: string, input: SendInput, automation: Automation | undefined): Effect.Effect<SentRow, SendError | RelayError> =>
+    const submitAs = (
+      orgId: string,
+      input: SendInput,
+      automation: Automation | undefined,
+      /** The organization's state as the caller read it moments ago (`stateFor`), if it did. */
+      read?: SendState
+    ): Effect.Effect<SentRow, SendError | RelayError> =>
       Effect.gen(function*() {
         const at = yield* now
         const v = yield* validate(input, at.getTime())
-        const facts = yield* orgFacts(orgId)
+        const all = [...v.to, ...v.cc, ...v.bcc].map((m) => m.address)
+        // Registry recipients resolve to addresses the caller's read did not cover: read again then.
+        const state = read !== undefined && covers(read, all) ? read : yield* stateOf(orgId, all)
+        const facts = state.facts
         yield* decide("emails.send", facts, config.publicBaseUrl)
         if (input.discardContent && !facts.discardEnabled) {
           return yield* new DiscardNotEnabled({
             message: "discard_content needs the account setting discard_content_on_webhook_confirmed to be on (PATCH /account)"
           })
         }
-        yield* checkSender(orgId, v.from.address, v.from.name)
-        const all = [...v.to, ...v.cc, ...v.bcc].map((m) => m.address)
-        yield* checkGate(orgId, facts, all)
-        yield* checkSuppressed(orgId, all)
+        yield* checkSender(state.senders, v.from.address, v.from.name)
+        yield* checkGate(state, all)
+        yield* checkSuppressed(state, all)
         const id = randomUUID()
         const content: ContentRow = {
           text_body: input.text,
@@ -115,10 +123,14 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         const immediate = input.sendAt === null
         const token = randomToken(16)
         const messageId = messageIdFor(id, v.from.address)
-        // A reply names its original (In-Reply-To, References): it joins the original's thread.
-        const thread = yield* threading.assign({ orgId, messageId, inReplyTo: input.inReplyTo, references: input.references }).pipe(
-          Effect.catchTag("SqlError", Effect.die)
-        )
+        // A reply names its original (In-Reply-To, References): it joins the original's thread. A
+        // message naming none starts a thread of its own: its Message-ID is new and unguessable
+        // (a random UUID), so no stored message can name it yet and there is nothing to look up.
+        const thread = input.inReplyTo === null && input.references.length === 0
+          ? { threadId: uuid7(at.getTime()), merged: [] }
+          : yield* threading.assign({ orgId, messageId, inReplyTo: input.inReplyTo, references: input.references }).pipe(
+            Effect.catchTag("SqlError", Effect.die)
+          )
         const record = {
           id,
           orgId,
@@ -145,14 +157,20 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           automated: automation !== undefined,
           content
         }
-        // Under the organization's quota lock, so concurrent automated sends never pass the loop budgets.
+        // Under the organization's quota lock, so concurrent sends never overshoot the quota and
+        // concurrent automated sends never pass the loop budgets. A person's send writes its row in
+        // the statement that reads the usage (as it was before the row): a full window fails the
+        // transaction, which takes the row back.
         const recorded = yield* Effect.gen(function*() {
           yield* repo.lockQuota(orgId)
-          yield* checkQuota(orgId, facts, at)
-          if (automation !== undefined) {
-            const refusal = yield* loop.check(orgId, thread.threadId, all, at)
-            if (Option.isSome(refusal)) return Either.left(refusal.value)
+          if (automation === undefined) {
+            const counted = yield* repo.recordCounted(record, at)
+            yield* quotaOf(facts, counted.usage, at)
+            return Either.right(counted.row)
           }
+          yield* checkQuota(orgId, facts, at)
+          const refusal = yield* loop.check(orgId, thread.threadId, all, at)
+          if (Option.isSome(refusal)) return Either.left(refusal.value)
           return Either.right(yield* repo.recordSentEmail(record))
         }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
         if (Either.isLeft(recorded)) {
@@ -179,17 +197,18 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     const deliver = (row: SentRow, token: string, retryAt: (e: RelayError) => Date | undefined) =>
       Effect.gen(function*() {
         const at = yield* now
-        const facts = yield* orgFacts(row.org_id)
         const recipients = [...row.to_addresses, ...row.cc_addresses, ...row.bcc_addresses].map((s) => {
           const m = parseMailbox(s)
           return typeof m === "string" ? s : m.address
         })
+        const state = yield* stateOf(row.org_id, recipients)
+        const facts = state.facts
         const checks = yield* Effect.either(
           Effect.gen(function*() {
             const from = parseMailbox(row.from_header)
-            yield* checkSender(row.org_id, row.from_address, typeof from === "string" ? "" : from.name)
-            yield* checkGate(row.org_id, facts, recipients)
-            yield* checkSuppressed(row.org_id, recipients)
+            yield* checkSender(state.senders, row.from_address, typeof from === "string" ? "" : from.name)
+            yield* checkGate(state, recipients)
+            yield* checkSuppressed(state, recipients)
             yield* Effect.gen(function*() {
               yield* repo.lockQuota(row.org_id)
               yield* checkQuota(row.org_id, facts, at)
@@ -210,7 +229,17 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         return { outcome: "relayed" as const, result: yield* relayRow(row, token, retryAt) }
       })
 
-    return { submit, submitAs, deliver, checkQuota, orgFacts, defaultFrom } as const
+    /**
+     * The organization's state for a send of `input` as written (its addresses parsed as far as they
+     * parse): read once by a caller that decides something on it before submitting (the approval).
+     */
+    const stateFor = (orgId: string, input: SendInput) =>
+      stateOf(orgId, [...input.to, ...input.cc, ...input.bcc].flatMap((s) => {
+        const m = parseMailbox(s)
+        return typeof m === "string" ? [] : [m.address]
+      }))
+
+    return { submit, submitAs, deliver, checkQuota, orgFacts, stateFor, defaultFrom } as const
   }),
   dependencies: [SendingRepo.Default, OutboundRelay.Default, DkimKeys.Default, Verp.Default]
 }) {}

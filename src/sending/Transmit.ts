@@ -3,8 +3,9 @@
  * composed at relay time (its Date is the relay's), DKIM-signed with the sending domain's key (or the
  * managed domain's), split between recipients this service receives (LocalDelivery.ts) and the
  * relay, and the outcome is recorded on the row. A transient relay failure with a retry time is left
- * to the timers (`retryLater`); anything else finishes the row as `sent` or `failed`. Outcome events
- * are best-effort: the recorded result stands either way.
+ * to the timers (`retryLater`); anything else finishes the row as `sent` or `failed`. `email.sent` is
+ * written by the statement that records the send as sent (it exists exactly when that outcome does);
+ * the delay event is best-effort: the recorded result stands either way.
  */
 import { Clock, type Context, Effect, Either, Option } from "effect"
 import { ErrorTable, type ErrorTag } from "../contract/Errors.js"
@@ -15,7 +16,7 @@ import { composeMessage } from "./Compose.js"
 import { type LocalDelivery, sendSplit } from "./LocalDelivery.js"
 import type { SendOutcomes } from "./Outcomes.js"
 import type { OutboundRelay, RelayError } from "./Relay.js"
-import type { ContentRow, SendingRepo, SentRow } from "./Repo.js"
+import type { ContentRow, Outcome, SendingRepo, SentRow } from "./Repo.js"
 
 /** The wire code of an error of the table. */
 export const codeOf = (e: { readonly _tag: string }): string =>
@@ -90,7 +91,7 @@ export const transmitter = (deps: {
           return Either.left(outcome.left)
         }
       }
-      const finished = yield* repo.finish(row.id, token, Either.match(outcome, {
+      const result: Outcome = Either.match(outcome, {
         onLeft: (e) => ({
           status: "failed" as const,
           at: done,
@@ -103,9 +104,13 @@ export const transmitter = (deps: {
           relayResponse: r.rejected.length > 0 ? `${r.response} (refused: ${r.rejected.join(", ")})` : r.response,
           error: null
         })
-      }))
+      })
+      // `email.sent` is written by the statement that records the send as sent (see SendingRepo.finish).
+      const sentEvent = result.status === "sent"
+        ? yield* outcomes.sentWithin({ ...row, status: "sent", sent_at: done, relay_response: result.relayResponse }, result.relayResponse, "finished")
+        : []
+      const finished = yield* repo.finish(row.id, token, result, sentEvent)
       const current = Option.getOrElse(finished, () => row)
-      if (Either.isRight(outcome) && Option.isSome(finished)) yield* reported(outcomes.sent(current, current.relay_response))
       return Either.match(outcome, { onLeft: (e) => Either.left(e), onRight: () => Either.right(current) })
     })
 

@@ -128,9 +128,10 @@ export const requestPipeline = (
       const admission = yield* Admission
       // A credential seen moments ago claims its organization's share before the round trip, so a
       // flood is refused at once and never fills the process while it waits for admission.
-      const early = Option.isSome(token) ? yield* admission.cachedOrg(token.value) : Option.none<string>()
-      if (Option.isSome(early) && !(yield* hold(`org:${early.value}`))) return overShare(share)
-      const admitted = yield* admission.admit(token, "api:org:", `api:ip:${client}`, API_RATE_LIMIT)
+      // The cached principal is handed on, so the token is hashed once per request.
+      const early = Option.isSome(token) ? yield* admission.cachedPrincipal(token.value) : Option.none<Principal>()
+      if (Option.isSome(early) && !(yield* hold(`org:${early.value.orgId}`))) return overShare(share)
+      const admitted = yield* admission.admit(token, "api:org:", `api:ip:${client}`, API_RATE_LIMIT, early)
       if (Option.isSome(admitted.principal)) yield* FiberRef.set(ResolvedPrincipal, admitted.principal)
       const principal: Option.Option<Principal> = Option.flatten(admitted.principal)
       const scope = Option.match(principal, { onNone: () => `ip:${client}`, onSome: (p) => `org:${p.orgId}` })

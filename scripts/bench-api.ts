@@ -130,7 +130,7 @@ const load = async (
   }
 }
 
-const waitFor = async (url: string, ms = 60_000) => {
+const waitFor = async (url: string, ms = 180_000) => {
   const until = Date.now() + ms
   while (Date.now() < until) {
     try {

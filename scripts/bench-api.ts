@@ -5,20 +5,26 @@
  *      ceiling of the framework the service is built on, the reference of the targets,
  *   3. the service's /v1/health (HTTP stack + envelope, no auth, no limiter, one trivial query),
  *   4. GET /v1/account with an API key (auth lookup + PostgreSQL rate limit + one query),
- * each server in a child process, the load from this process over keep-alive connections.
+ *   5. overload: GET /v1/account over `--overload-connections` (400) connections: goodput (2xx/s)
+ *      against the capacity measured in 4, the share refused (503), p99 and the requests slower than 2 s,
+ * each server in a child process, the load from this process over keep-alive connections. Each
+ * target's server CPU (user + system, /proc) is divided by its requests: CPU per request is the
+ * figure a loaded machine bends least.
  * Uses DATABASE_URL when set (a scratch database is created on that server), else embedded PGlite.
  * Requests are spread over many organizations so the 120/min limiter never refuses one.
  *
- *   npx tsx scripts/bench-api.ts [--seconds 5] [--concurrency 50]
+ *   npx tsx scripts/bench-api.ts [--seconds 5] [--concurrency 50] [--overload-connections 400]
+ * BENCH_SERVICE=<path of a built main.mjs> measures another build of the service (an older one, to
+ * compare) with this same harness.
  */
-import { builtService } from "./bench-support.js"
+import { builtService, cpuMsOf } from "./bench-support.js"
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
 import { Effect, Layer } from "effect"
 import { spawn } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import http from "node:http"
-import { tmpdir } from "node:os"
+import { loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { Provisioning } from "../src/identity/Provisioning.js"
@@ -31,6 +37,7 @@ const arg = (name: string, fallback: number) => {
 }
 const SECONDS = arg("seconds", 5)
 const CONCURRENCY = arg("concurrency", 50)
+const OVERLOAD = arg("overload-connections", 400)
 const ORGS = 400
 
 interface Result {
@@ -40,11 +47,25 @@ interface Result {
   readonly rps: number
   readonly p50: number
   readonly p99: number
+  /** Answers with status 200 per second. */
+  readonly goodput: number
+  readonly refused: number
+  readonly over2s: number
+  /** Server CPU ms per request. */
+  readonly cpu: number
 }
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
+/** CPU ms of a process and its descendants (a service started with WORKERS > 1 works in its children). */
+const cpuTreeMs = (pid: number | undefined): number => {
+  if (pid === undefined) return 0
+  let children: Array<number> = []
+  try {
+    children = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter((x) => x !== "").map(Number)
+  } catch { /* gone */ }
+  return cpuMsOf(pid) + children.reduce((sum, c) => sum + cpuTreeMs(c), 0)
+}
 
-const once = (url: URL, headers: Record<string, string>) =>
+const once = (agent: http.Agent, url: URL, headers: Record<string, string>) =>
   new Promise<number>((resolve, reject) => {
     const req = http.request(url, { agent, headers }, (res) => {
       res.resume()
@@ -54,33 +75,62 @@ const once = (url: URL, headers: Record<string, string>) =>
     req.end()
   })
 
-const load = async (name: string, url: string, headersFor: (i: number) => Record<string, string>): Promise<Result> => {
+const load = async (
+  name: string,
+  url: string,
+  pid: number | undefined,
+  headersFor: (i: number) => Record<string, string>,
+  connections = CONCURRENCY
+): Promise<Result> => {
   const target = new URL(url)
+  const agent = new http.Agent({ keepAlive: true, maxSockets: connections })
   // Warm-up: connections, JIT, caches.
-  await Promise.all(Array.from({ length: CONCURRENCY }, (_, i) => once(target, headersFor(i)).catch(() => 0)))
+  await Promise.all(Array.from({ length: connections }, (_, i) => once(agent, target, headersFor(i)).catch(() => 0)))
   const latencies: Array<number> = []
   let errors = 0
+  let ok = 0
+  let refused = 0
   let n = 0
-  const deadline = performance.now() + SECONDS * 1000
-  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+  const cpu0 = cpuTreeMs(pid)
+  const t0 = performance.now()
+  const deadline = t0 + SECONDS * 1000
+  await Promise.all(Array.from({ length: connections }, async () => {
     while (performance.now() < deadline) {
       const i = n++
       const t0 = performance.now()
       try {
-        const status = await once(target, headersFor(i))
-        if (status !== 200) errors++
+        const status = await once(agent, target, headersFor(i))
+        if (status === 200) ok++
+        else {
+          errors++
+          if (status === 503) refused++
+        }
       } catch {
         errors++
       }
       latencies.push(performance.now() - t0)
     }
   }))
+  const secs = (performance.now() - t0) / 1000
+  const cpu = cpuTreeMs(pid) - cpu0
+  agent.destroy()
   latencies.sort((a, b) => a - b)
   const q = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? 0
-  return { name, requests: latencies.length, errors, rps: latencies.length / SECONDS, p50: q(0.5), p99: q(0.99) }
+  return {
+    name,
+    requests: latencies.length,
+    errors,
+    rps: latencies.length / secs,
+    p50: q(0.5),
+    p99: q(0.99),
+    goodput: ok / secs,
+    refused,
+    over2s: latencies.filter((l) => l > 2000).length,
+    cpu: cpu / Math.max(1, latencies.length)
+  }
 }
 
-const waitFor = async (url: string, ms = 60_000) => {
+const waitFor = async (url: string, ms = 180_000) => {
   const until = Date.now() + ms
   while (Date.now() < until) {
     try {
@@ -144,8 +194,10 @@ const main = async () => {
   const port = await freePort()
   // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during the run.
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
-  const service = spawn(process.execPath, [...nodeArgs, builtService()], {
-    env: { ...process.env, ...env, PORT: String(port), SMTP_PORT: String(await freePort()) },
+  const service = spawn(process.execPath, [...nodeArgs, process.env.BENCH_SERVICE ?? builtService()], {
+    // One process unless WORKERS says otherwise: the capacity and CPU of one process, beside the
+    // single-process references.
+    env: { ...process.env, ...env, WORKERS: process.env.WORKERS ?? "1", PORT: String(port), SMTP_PORT: String(await freePort()) },
     stdio: ["ignore", "ignore", "inherit"]
   })
   try {
@@ -153,30 +205,45 @@ const main = async () => {
     await waitFor(`http://127.0.0.1:${helloPort}/hello`)
     await waitFor(`http://127.0.0.1:${port}/v1/health`)
     const base = `http://127.0.0.1:${port}`
+    const account = (i: number) => ({ authorization: `Bearer ${keys[i % keys.length]}` })
+    // Windows are cleared between targets so no organization's 120/min window refuses a request.
+    const clearWindows = async () => {
+      if (env.DATABASE_URL === undefined) return
+      const db = new pg.Client({ connectionString: env.DATABASE_URL })
+      await db.connect()
+      await db.query("DELETE FROM rate_limit_windows")
+      await db.end()
+    }
     const results = [
-      await load("bare node:http", `http://127.0.0.1:${barePort}/`, () => ({})),
-      await load("Effect HttpApi hello-world", `http://127.0.0.1:${helloPort}/hello`, () => ({})),
-      await load("GET /v1/health", `${base}/v1/health`, () => ({})),
-      await load("GET /v1/account (auth+limit+query)", `${base}/v1/account`, (i) => ({
-        authorization: `Bearer ${keys[i % keys.length]}`
-      }))
+      await load("bare node:http", `http://127.0.0.1:${barePort}/`, bareChild.pid, () => ({})),
+      await load("Effect HttpApi hello-world", `http://127.0.0.1:${helloPort}/hello`, helloChild.pid, () => ({})),
+      await load("GET /v1/health", `${base}/v1/health`, service.pid, () => ({})),
+      await clearWindows().then(() => load("GET /v1/account (auth+limit+query)", `${base}/v1/account`, service.pid, account))
     ]
+    await clearWindows()
+    const overload = await load(`overload: ${OVERLOAD} connections on /v1/account`, `${base}/v1/account`, service.pid, account, OVERLOAD)
     const database = env.DATABASE_URL ? "PostgreSQL" : "embedded PGlite"
-    console.log(`\nbench-api: ${SECONDS} s per target, ${CONCURRENCY} concurrent keep-alive clients, ${database}\n`)
-    console.log("target                                   req/s     p50 ms   p99 ms   errors")
+    console.log(`\nbench-api: ${SECONDS} s per target, ${CONCURRENCY} concurrent keep-alive clients, ${database}, WORKERS=${process.env.WORKERS ?? "1"}, load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}\n`)
+    console.log("target                                      req/s     p50 ms   p99 ms   errors   CPU ms/req")
     for (const r of results) {
       console.log(
-        `${r.name.padEnd(40)} ${r.rps.toFixed(0).padStart(7)} ${r.p50.toFixed(2).padStart(9)} ${r.p99.toFixed(2).padStart(8)} ${String(r.errors).padStart(8)}`
+        `${r.name.padEnd(40)} ${r.rps.toFixed(0).padStart(7)} ${r.p50.toFixed(2).padStart(9)} ${r.p99.toFixed(2).padStart(8)} ${String(r.errors).padStart(8)} ${r.cpu.toFixed(3).padStart(12)}`
       )
     }
     const [b, e, h, a] = results as [Result, Result, Result, Result]
-    console.log(`\nratios (req/s): account/hello-world ${(a.rps / e.rps).toFixed(2)} (target >= 0.5), health/hello-world ${(h.rps / e.rps).toFixed(2)}, account/health ${(a.rps / h.rps).toFixed(2)}, hello-world/bare ${(e.rps / b.rps).toFixed(2)}`)
+    console.log(`\nratios (req/s): account/hello-world ${(a.rps / e.rps).toFixed(2)} (target >= 0.5), health/hello-world ${(h.rps / e.rps).toFixed(2)} (target >= 0.8), account/health ${(a.rps / h.rps).toFixed(2)}, hello-world/bare ${(e.rps / b.rps).toFixed(2)}`)
     console.log(`ratios (p50): account/hello-world ${(a.p50 / e.p50).toFixed(2)}, health/hello-world ${(h.p50 / e.p50).toFixed(2)}; (p99): account/hello-world ${(a.p99 / e.p99).toFixed(2)}`)
+    console.log(`ratios (CPU/req): hello-world/account ${(e.cpu / a.cpu).toFixed(2)}, hello-world/health ${(e.cpu / h.cpu).toFixed(2)}`)
+    const o = overload
+    console.log(
+      `\n${o.name}: goodput ${o.goodput.toFixed(0)} req/s vs capacity ${a.goodput.toFixed(0)} at ${CONCURRENCY} = ${(o.goodput / a.goodput).toFixed(2)} (target >= 0.8); ` +
+        `refused 503 ${(100 * o.refused / Math.max(1, o.requests)).toFixed(1)}% of ${o.requests}; other errors ${o.errors - o.refused}; ` +
+        `p50 ${o.p50.toFixed(0)} ms, p99 ${o.p99.toFixed(0)} ms; > 2 s: ${o.over2s} (target 0); CPU ${o.cpu.toFixed(3)} ms/req`
+    )
   } finally {
     service.kill("SIGTERM")
     bareChild.kill("SIGTERM")
     helloChild.kill("SIGTERM")
-    agent.destroy()
     await new Promise((r) => setTimeout(r, 1500))
     if (dbName !== undefined) {
       const admin = new pg.Client({ connectionString: process.env.DATABASE_URL })

@@ -1,7 +1,7 @@
 /**
  * The request pipeline's view of its clients: which address a request comes from (TRUSTED_PROXIES),
  * what an anonymous caller may be replayed, and how an overloaded process sheds work
- * (MAX_INFLIGHT_REQUESTS: 503 `service_unavailable` with `Retry-After`, then recovery).
+ * (MAX_INFLIGHT_REQUESTS: a bounded wait, then 503 `service_unavailable` with `Retry-After`, then recovery).
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
@@ -147,7 +147,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("client address and 
   })
 
   describe("MAX_INFLIGHT_REQUESTS", () => {
-    it.scoped("past the cap a request is 503 service_unavailable with Retry-After at once; health says so; it recovers when load drops", () =>
+    it.scoped("past the cap a request waits, then is 503 service_unavailable with Retry-After; health says so; it recovers when load drops", () =>
       Effect.gen(function*() {
         yield* resetLimits
         const provisioning = yield* Provisioning

@@ -83,11 +83,18 @@ export class Admission extends Effect.Service<Admission>()("mailroom/Admission",
      * `orgKeyPrefix` + organization id is the window of a valid credential, `anonymousKey` the
      * window otherwise. Must run outside any transaction (it commits asynchronously).
      */
-    const admit = (token: Option.Option<string>, orgKeyPrefix: string, anonymousKey: string, policy: Policy) =>
+    const admit = (
+      token: Option.Option<string>,
+      orgKeyPrefix: string,
+      anonymousKey: string,
+      policy: Policy,
+      /** The token's principal if the caller already took it from the cache (`cachedPrincipal`). */
+      resolved: Option.Option<Principal> = Option.none()
+    ) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         // A credential resolved moments ago: only the window is counted.
-        const known = Option.isSome(token) ? credentials.cached(token.value, now) : Option.none()
+        const known = Option.isSome(resolved) ? resolved : Option.isSome(token) ? credentials.cached(token.value, now) : Option.none()
         if (Option.isSome(known)) {
           return {
             principal: Option.some(known),
@@ -123,10 +130,9 @@ export class Admission extends Effect.Service<Admission>()("mailroom/Admission",
         } satisfies Admitted
       }).pipe(Effect.orDie)
 
-    /** The organization of a token resolved moments ago, without a round trip (None otherwise). */
-    const cachedOrg = (token: string) =>
-      Effect.map(Clock.currentTimeMillis, (now) => Option.map(credentials.cached(token, now), (p) => p.orgId))
+    /** The principal of a token resolved moments ago, without a round trip (None otherwise). */
+    const cachedPrincipal = (token: string) => Effect.map(Clock.currentTimeMillis, (now) => credentials.cached(token, now))
 
-    return { admit, cachedOrg } as const
+    return { admit, cachedPrincipal } as const
   })
 }) {}

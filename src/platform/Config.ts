@@ -28,8 +28,8 @@ export interface AppConfigShape {
   /** Benchmarks: a file the service rewrites every second with memory and event-loop figures. */
   readonly statsFile: Option.Option<string>
   /**
-   * API requests one process works on at once; past it a request is refused at once with 503
-   * `service_unavailable` and `Retry-After` instead of queueing behind the others. 0: no cap.
+   * API requests one process works on at once; past it a request waits for a free slot in arrival
+   * order, at most 1 s, then is refused with 503 `service_unavailable` and `Retry-After` (RequestGate). 0: no cap.
    */
   readonly maxInflightRequests: number
   /** Peers (addresses or CIDRs) whose `Forwarded` / `X-Forwarded-For` name the client; empty: none. */

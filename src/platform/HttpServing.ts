@@ -5,10 +5,11 @@
 import { HttpApi, HttpApiBuilder, HttpMiddleware, HttpRouter, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Effect, Layer } from "effect"
-import { createServer } from "node:http"
+import { type IncomingMessage, Server, type ServerResponse } from "node:http"
 import { parseTrustedProxies } from "./ClientAddress.js"
 import { AppConfig } from "./Config.js"
 import { creatingOperations } from "./Idempotency.js"
+import { CurrentRequestGate, RequestGate } from "./RequestGate.js"
 import { requestPipeline } from "./RequestPipeline.js"
 
 /**
@@ -20,10 +21,12 @@ export const serveApi = Effect.gen(function*() {
   const app = yield* HttpApiBuilder.httpApp.pipe(HttpRouter.withRouterConfig({ maxParamLength: 4096 }))
   const { api } = yield* HttpApi.Api
   const config = yield* AppConfig
+  const gate = yield* CurrentRequestGate
   const proxies = parseTrustedProxies(config.trustedProxies.join(","))
   return HttpServer.serve(requestPipeline(app, {
     createsResource: creatingOperations(api),
     maxInflight: config.maxInflightRequests,
+    gate,
     trustedProxies: "ok" in proxies && proxies.entries.length > 0 ? proxies.ok : undefined
   }))
 }).pipe(
@@ -40,21 +43,41 @@ export const serveApi = Effect.gen(function*() {
  * needs a connection idle for a minute, and a load balancer's usual 60 s idle limit ends first.
  */
 export const KEEP_ALIVE_TIMEOUT_MS = 65_000
-const keepAliveServer = () => {
-  const server = createServer()
+/**
+ * A Node HTTP server whose requests pass the admission gate before the app sees them (the gate
+ * holds or refuses them at Node's level, before any fiber exists).
+ */
+class GatedServer extends Server {
+  constructor(private readonly gate: RequestGate) {
+    super()
+  }
+
+  override emit(event: string | symbol, ...args: Array<any>): boolean {
+    if (event !== "request") return super.emit(event as string, ...args)
+    const [req, res] = args as [IncomingMessage, ServerResponse]
+    this.gate.admit(req, res, () => super.emit("request", req, res))
+    return true
+  }
+}
+
+const keepAliveServer = (gate: RequestGate) => () => {
+  const server = new GatedServer(gate)
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
   // Must outlast the keep-alive timeout, or an idle connection's next request is timed out early.
   server.headersTimeout = KEEP_ALIVE_TIMEOUT_MS + 1000
+  server.once("close", () => gate.close())
   return server
 }
 
 /** Binds a served app (with every route and handler provided) to `HOST:PORT`. */
 export const onNodeHttpServer = <A, E, R>(served: Layer.Layer<A, E, R>) =>
-  Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
-    served.pipe(
+  Layer.unwrapEffect(Effect.map(AppConfig, (config) => {
+    const gate = new RequestGate(config.maxInflightRequests)
+    return served.pipe(
       HttpServer.withLogAddress,
       // The request span's attributes (URL, every header) are computed even for a no-op span.
       HttpMiddleware.withTracerDisabledWhen(() => true),
-      Layer.provide(NodeHttpServer.layer(keepAliveServer, { port: config.port, host: config.host }))
+      Layer.provide(NodeHttpServer.layer(keepAliveServer(gate), { port: config.port, host: config.host })),
+      Layer.provide(Layer.succeed(CurrentRequestGate, gate))
     )
-  ))
+  }))

@@ -1,13 +1,13 @@
 /**
- * The outermost layer of every HTTP request: request id and access log, the client address
- * (`TRUSTED_PROXIES`), load shedding past `MAX_INFLIGHT_REQUESTS` (503 with Retry-After; the health
- * probe answers 503 then too), one caller's share of that cap (a quarter: 429 with Retry-After), the
+ * The outermost layer of every HTTP request the gate admitted (RequestGate: `MAX_INFLIGHT_REQUESTS`
+ * at once, the rest wait or get 503; the health probe answers 503 while it is full): request id and
+ * access log, the client address (`TRUSTED_PROXIES`), one caller's share of that cap (a quarter: 429 with Retry-After), the
  * organization-wide rate limit (120 per 60 s sliding window per organization, per client address
  * without a valid credential) and POST idempotency (a key derived from the body only for POSTs that
  * create something; actions run every time unless the caller sends a key). It runs before routing,
  * so even 401s and 404s carry the `ratelimit-*` headers. It also applies the handlers' pre-response hooks itself (`finalize`), so it
  * holds the exact final response before it is written: idempotency records store what was sent.
- * This module orders the steps and counts requests in progress; the rules of each step are in
+ * This module orders the steps and counts each caller's requests in progress; the rules of each step are in
  * `RateLimits`, `Shedding`, `BodyLimits` and `IdempotentRequest`.
  */
 import { HttpApp, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
@@ -26,14 +26,17 @@ import { type App, finalize, type Services, withRequestId } from "./PipelineResp
 import { API_RATE_LIMIT, DEMO_RATE_LIMIT, isDemo, isExempt, limited, withLimitHeaders } from "./RateLimits.js"
 import { pathOf, RequestId, ResolvedPrincipal } from "./RequestContext.js"
 import { PREFIX, randomToken } from "./Secrets.js"
-import { callerShareOf, isShedExempt, overShare, shed, unhealthy } from "./Shedding.js"
+import type { RequestGate } from "./RequestGate.js"
+import { callerShareOf, isShedExempt, overShare, unhealthy } from "./Shedding.js"
 import * as SqlCounters from "./SqlCounters.js"
 
 export interface PipelineOptions {
   /** The operations whose POSTs get a derived idempotency key (see `creatingOperations`). */
   readonly createsResource: CreatesResource
-  /** Requests worked on at once before shedding with 503; 0: no cap. */
+  /** Requests worked on at once (the gate admits them); 0: no cap. */
   readonly maxInflight: number
+  /** The server's admission gate: whether the process is full, for the health probe. */
+  readonly gate: RequestGate
   /** Peers believed about the client address they forward (`TRUSTED_PROXIES`). */
   readonly trustedProxies: BlockList | undefined
 }
@@ -42,10 +45,6 @@ export const requestPipeline = (
   app: App,
   options: PipelineOptions
 ): HttpApp.Default<ResponseError, Services | Admission | Idempotency> => {
-  // Requests of this server between admission and their response. Counting them is enough: the
-  // event loop is single-threaded, and past the cap a request costs almost nothing to refuse, so
-  // the ones accepted keep their latency and nothing is left queued when the load drops.
-  let inflight = 0
   const share = callerShareOf(options.maxInflight)
   /** Requests in progress per caller (see `callerShareOf`); a caller with none has no entry. */
   const byCaller = new Map<string, number>()
@@ -73,16 +72,11 @@ export const requestPipeline = (
     const request = original.modify({ remoteAddress: client })
 
     // `x-request-id` is set on the final response itself (below), whatever produced it.
+    // Requests past the cap never get here (RequestGate); the health probe, which the gate lets
+    // through, tells a balancer when the process is full.
     const counted = options.maxInflight > 0 && !isShedExempt(path)
-    if (!counted && options.maxInflight > 0 && inflight >= options.maxInflight) {
+    if (!counted && options.gate.full) {
       return withRequestId(yield* finalize(request, unhealthy(options.maxInflight)), requestId)
-    }
-    if (counted && inflight >= options.maxInflight) {
-      const final = withRequestId(yield* finalize(request, shed(options.maxInflight)), requestId)
-      yield* Effect.logWarning(`${method} ${path} 503 shed`).pipe(
-        Effect.annotateLogs({ request_id: requestId, inflight })
-      )
-      return final
     }
     // The caller whose share this request holds, once known.
     let heldBy: string | undefined
@@ -135,9 +129,10 @@ export const requestPipeline = (
       const admission = yield* Admission
       // A credential seen moments ago claims its organization's share before the round trip, so a
       // flood is refused at once and never fills the process while it waits for admission.
-      const early = Option.isSome(token) ? yield* admission.cachedOrg(token.value) : Option.none<string>()
-      if (Option.isSome(early) && !(yield* hold(`org:${early.value}`))) return overShare(share)
-      const admitted = yield* admission.admit(token, "api:org:", `api:ip:${client}`, API_RATE_LIMIT)
+      // The cached principal is handed on, so the token is hashed once per request.
+      const early = Option.isSome(token) ? yield* admission.cachedPrincipal(token.value) : Option.none<Principal>()
+      if (Option.isSome(early) && !(yield* hold(`org:${early.value.orgId}`))) return overShare(share)
+      const admitted = yield* admission.admit(token, "api:org:", `api:ip:${client}`, API_RATE_LIMIT, early)
       if (Option.isSome(admitted.principal)) yield* FiberRef.set(ResolvedPrincipal, admitted.principal)
       const principal: Option.Option<Principal> = Option.flatten(admitted.principal)
       const scope = Option.match(principal, { onNone: () => `ip:${client}`, onSome: (p) => `org:${p.orgId}` })
@@ -163,7 +158,6 @@ export const requestPipeline = (
       return yield* idempotent(app, request, scope, derivedScope, Option.isNone(principal), method, path)
     })
 
-    if (counted) inflight++
     const response = yield* run.pipe(
       Effect.provideService(HttpServerRequest.HttpServerRequest, request),
       HttpIncomingMessage.withMaxBodySize(Option.some(bodyLimitOf(path))),
@@ -180,7 +174,6 @@ export const requestPipeline = (
           )
       ),
       Effect.ensuring(Effect.sync(() => {
-        if (counted) inflight--
         if (heldBy !== undefined) release(heldBy)
       }))
     )

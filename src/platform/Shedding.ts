@@ -1,7 +1,8 @@
 /**
- * Overload answers: past `MAX_INFLIGHT_REQUESTS` a request is shed with 503 at once (the health probe,
- * never shed, says 503 too), and one caller may hold at most a quarter of that cap (429). Both ask
- * for a retry after a second. The counting is the pipeline's (`requestPipeline`).
+ * Overload answers: past `MAX_INFLIGHT_REQUESTS` a request waits for admission and is refused with
+ * 503 when it waited too long (RequestGate; the health probe, never held back, says 503 while the
+ * process is full), and one caller may hold at most a quarter of that cap (429). Both ask for a
+ * retry after a second. The share is counted by the pipeline (`requestPipeline`).
  */
 import { envelopeOf, RateLimited, ServiceUnavailable } from "../contract/Errors.js"
 import { json } from "./PipelineResponse.js"
@@ -13,7 +14,7 @@ import { json } from "./PipelineResponse.js"
 export const isShedExempt = (path: string) => path === "/v1/health"
 
 /** Seconds a shed client is asked to wait: the overload is a queue of requests lasting well under that. */
-const SHED_RETRY_AFTER_SECONDS = 1
+export const SHED_RETRY_AFTER_SECONDS = 1
 
 /**
  * Requests one caller (an organization, or a client address without a valid credential) may have
@@ -40,18 +41,6 @@ export const unhealthy = (maxInflight: number) =>
       new ServiceUnavailable({
         message: `the service admits no request now (${maxInflight} in progress)`,
         details: { retry_after: SHED_RETRY_AFTER_SECONDS, inflight: maxInflight }
-      })
-    ),
-    503,
-    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
-  )
-
-export const shed = (maxInflight: number) =>
-  json(
-    envelopeOf(
-      new ServiceUnavailable({
-        message: `the service is at capacity (${maxInflight} requests in progress); retry in ${SHED_RETRY_AFTER_SECONDS} s`,
-        details: { retry_after: SHED_RETRY_AFTER_SECONDS }
       })
     ),
     503,

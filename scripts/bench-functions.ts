@@ -17,7 +17,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { cpus, tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
-import { runProcess } from "../src/functions/Process.js"
+import { runOnce } from "../src/functions/Process.js"
 import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
 
 const SEQUENTIAL = arg("sequential", 200)
@@ -61,11 +61,10 @@ const main = async () => {
   const bare: Array<number> = []
   for (let i = 0; i < BARE; i++) {
     const t0 = performance.now()
-    const r = await runProcess({
-      code: TRIVIAL, secrets: { A_SECRET: "value" }, webhookSecret: "whsec", body: payload, headers: { "content-type": "application/json" },
-      timeoutMs: 10_000, stateDir, memorySocket: join(stateDir, "none.sock"), invocationToken: "t", serviceAddress: "127.0.0.1:9",
-      serviceCredential: "c"
-    })
+    const r = await runOnce({
+      code: TRIVIAL, secrets: { A_SECRET: "value" }, webhookSecret: "whsec", stateDir, memorySocket: join(stateDir, "none.sock"),
+      serviceSocket: join(stateDir, "none.sock"), processToken: "t"
+    }, payload, { "content-type": "application/json" })
     if (r.outcome !== "ok") throw new Error(`bare run failed: ${r.outcome} ${r.error}`)
     bare.push(performance.now() - t0)
   }

@@ -51,8 +51,8 @@ export interface PoolOptions {
   readonly serviceSocket: string
   readonly maxProcesses: number
   readonly idleMs: number
-  /** Called once per process after it has ended (its credential can go). */
-  readonly onEnded: (p: WarmProcess) => void
+  /** Called when a process runs no invocation any more, and once more after it has ended. */
+  readonly onIdle: (p: WarmProcess) => void
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -69,7 +69,7 @@ export const makePool = (o: PoolOptions) => {
     if (byKey.get(p.version.key) === p) byKey.delete(p.version.key)
     void finish(p.spawned).finally(() => {
       byToken.delete(p.token)
-      o.onEnded(p)
+      o.onIdle(p)
     })
   }
 
@@ -161,6 +161,7 @@ export const makePool = (o: PoolOptions) => {
       clearTimeout(timer)
       p.inflight--
       p.lastUsed = Date.now()
+      if (p.inflight === 0) o.onIdle(p)
     }
   }
 

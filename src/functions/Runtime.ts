@@ -110,8 +110,9 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
     const serviceSocket = join(stateDir, "service.sock")
     const rt = yield* Effect.runtime<never>()
 
-    // Each process's MAILROOM credential: issued on its first call, renewed a wall clock before it
-    // expires, revoked when the process ends; the gate uses it only while the process runs an invocation.
+    // A process's MAILROOM credential: issued on the first call of a run of invocations, renewed a wall
+    // clock before it expires, revoked as soon as the process runs none (so it is valid only while an
+    // invocation runs, as the gate also checks); it never enters workerd.
     const issued = new Map<string, { current?: Promise<ProcessCredential>; ids: Array<string> }>()
     const credentialOf = (p: WarmProcess): Promise<ProcessCredential> => {
       let entry = issued.get(p.token)
@@ -156,7 +157,7 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
       serviceSocket,
       maxProcesses: config.functionConcurrency,
       idleMs: IDLE_MS,
-      onEnded: revokeCredentials
+      onIdle: revokeCredentials
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => pool.stopAll()))
     const memoryHost = yield* Effect.acquireRelease(

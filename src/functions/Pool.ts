@@ -52,7 +52,7 @@ export interface PoolOptions {
   readonly maxProcesses: number
   readonly idleMs: number
   /** Called when a process runs no invocation any more, and once more after it has ended. */
-  readonly onIdle: (p: WarmProcess) => void
+  readonly onIdle: (p: WarmProcess) => Promise<void>
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -69,7 +69,7 @@ export const makePool = (o: PoolOptions) => {
     if (byKey.get(p.version.key) === p) byKey.delete(p.version.key)
     void finish(p.spawned).finally(() => {
       byToken.delete(p.token)
-      o.onIdle(p)
+      return o.onIdle(p)
     })
   }
 
@@ -161,7 +161,8 @@ export const makePool = (o: PoolOptions) => {
       clearTimeout(timer)
       p.inflight--
       p.lastUsed = Date.now()
-      if (p.inflight === 0) o.onIdle(p)
+      // The invocation ends once its process's credential, if it had one, is revoked.
+      if (p.inflight === 0) await o.onIdle(p)
     }
   }
 

@@ -137,18 +137,17 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
       if (e.current === undefined) return renew()
       return e.current.then((c) => c.expiresAt - Date.now() > timeoutMs + TOKEN_MARGIN_MS ? c : renew())
     }
-    const revokeCredentials = (p: WarmProcess) => {
+    const revokeCredentials = async (p: WarmProcess): Promise<void> => {
       const entry = issued.get(p.token)
       issued.delete(p.token)
       if (entry === undefined) return
-      void Promise.resolve(entry.current).catch(() => undefined).then(() =>
-        Runtime.runPromise(rt)(Effect.forEach(entry.ids, (id) =>
-          repo.revokeToken(id).pipe(
-            Effect.ignore,
-            // The request pipeline may hold the credential for a few seconds: it ends with the process.
-            Effect.zipRight(credentials.forgetApiKey(id))
-          ), { discard: true }))
-      ).catch(() => undefined)
+      await Promise.resolve(entry.current).catch(() => undefined)
+      await Runtime.runPromise(rt)(Effect.forEach(entry.ids, (id) =>
+        repo.revokeToken(id).pipe(
+          Effect.ignore,
+          // The request pipeline may hold the credential for a few seconds: it ends with the run.
+          Effect.zipRight(credentials.forgetApiKey(id))
+        ), { discard: true })).catch(() => undefined)
     }
 
     const pool = makePool({

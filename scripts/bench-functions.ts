@@ -4,8 +4,8 @@
  *  2. a trivial function through the whole delivery path (queue row → claim → workerd → recorded),
  *     one delivery at a time: p50/p99 of enqueue → completion, next to the floor;
  *  3. invocations/s draining a backlog at the concurrency cap (two organizations: 4 each is the
- *     per-organization cap, 8 the process's), with the peak RSS of the service and its workerd
- *     processes together;
+ *     per-organization cap, 8 the process's), with the recorded durations' p50/p99, the CPU per
+ *     invocation and the peak RSS of the service and its workerd processes together;
  *  4. the service's RSS over --total invocations (default 10,000): no growth expected;
  *  5. a memory get+put round trip from inside a function.
  * Deliveries are enqueued straight into the queue table and NOTIFY wakes the workers, so it runs on
@@ -14,10 +14,10 @@
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-functions.ts [--sequential 200] [--total 10000]
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
-import { cpus, tmpdir } from "node:os"
+import { cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
-import { runProcess } from "../src/functions/Process.js"
+import { runOnce } from "../src/functions/Process.js"
 import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
 
 const SEQUENTIAL = arg("sequential", 200)
@@ -35,25 +35,60 @@ const statusKb = (pid: number, field: string) => {
   }
 }
 
-/** RSS (kB) of the workerd processes whose parent is `pid`. */
-const childrenRssKb = (pid: number) => {
-  let total = 0
+/** Fields of /proc/<pid>/stat after the command name (state is [0], ppid [1], utime [11] …). */
+const statFields = (pid: number | string) => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+}
+
+/** The processes below `pid` (children, their children …). */
+const descendants = (pid: number) => {
+  const parent = new Map<number, number>()
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue
     try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8")
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
-      if (ppid === pid && stat.includes("(workerd)")) total += statusKb(Number(entry), "VmRSS:")
+      parent.set(Number(entry), Number(statFields(entry)[1]))
     } catch { /* gone */ }
   }
-  return total
+  const out: Array<number> = []
+  let frontier = [pid]
+  while (frontier.length > 0) {
+    const next: Array<number> = []
+    for (const [child, ppid] of parent) if (frontier.includes(ppid)) next.push(child)
+    out.push(...next)
+    frontier = next
+  }
+  return out
+}
+
+/** Sum of VmRSS (kB) of the processes below `pid`. */
+const childrenRssKb = (pid: number) => descendants(pid).reduce((n, p) => n + statusKb(p, "VmRSS:"), 0)
+
+/**
+ * CPU (ms) used by the service and every workerd process it started: its own time, the time of
+ * children it has reaped, and that of the ones still running.
+ */
+const treeCpuMs = (pid: number) => {
+  try {
+    const f = statFields(pid)
+    let ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])
+    for (const child of descendants(pid)) {
+      try {
+        const c = statFields(child)
+        ticks += Number(c[11]) + Number(c[12])
+      } catch { /* gone */ }
+    }
+    return ticks * 10
+  } catch {
+    return 0
+  }
 }
 
 const ms = (n: number) => `${n.toFixed(1)} ms`
 
 const main = async () => {
   if (!process.env.DATABASE_URL) throw new Error("set DATABASE_URL: the delivery path is measured on PostgreSQL")
-  console.log(`functions benchmark on ${cpus().length} cores`)
+  console.log(`functions benchmark on ${cpus().length} cores, load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}`)
 
   // 1. The floor.
   const stateDir = mkdtempSync(join(tmpdir(), "mailroom-bench-fn-"))
@@ -61,11 +96,10 @@ const main = async () => {
   const bare: Array<number> = []
   for (let i = 0; i < BARE; i++) {
     const t0 = performance.now()
-    const r = await runProcess({
-      code: TRIVIAL, secrets: { A_SECRET: "value" }, webhookSecret: "whsec", body: payload, headers: { "content-type": "application/json" },
-      timeoutMs: 10_000, stateDir, memorySocket: join(stateDir, "none.sock"), invocationToken: "t", serviceAddress: "127.0.0.1:9",
-      serviceCredential: "c"
-    })
+    const r = await runOnce({
+      code: TRIVIAL, secrets: { A_SECRET: "value" }, webhookSecret: "whsec", stateDir, memorySocket: join(stateDir, "none.sock"),
+      serviceSocket: join(stateDir, "none.sock"), processToken: "t"
+    }, payload, { "content-type": "application/json" })
     if (r.outcome !== "ok") throw new Error(`bare run failed: ${r.outcome} ${r.error}`)
     bare.push(performance.now() - t0)
   }
@@ -152,6 +186,9 @@ const main = async () => {
       peakTotalKb = Math.max(peakTotalKb, statusKb(pid, "VmRSS:") + childrenRssKb(pid))
     }, 100)
     const rssAtStart = service.rssKb()
+    const cpuAtStart = treeCpuMs(pid)
+    const drainStarted = performance.now()
+    const invocationsBefore = Number((await client.query(`SELECT count(*)::int AS n FROM function_invocations`)).rows[0].n)
     const rate: Array<number> = []
     const rssAfter: Array<[number, number, string]> = []
     const batch = 1000
@@ -165,10 +202,19 @@ const main = async () => {
       rssAfter.push([done + batch, service.rssKb(), heapMb()])
     }
     clearInterval(sampler)
+    const cpuPerInvocation = (treeCpuMs(pid) - cpuAtStart) / TOTAL
+    const drainSeconds = (performance.now() - drainStarted) / 1000
+    const cap = (await client.query<{ p50: number; p99: number }>(
+      `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50, percentile_cont(0.99) WITHIN GROUP (ORDER BY duration_ms) AS p99
+       FROM (SELECT duration_ms FROM function_invocations ORDER BY started_at OFFSET $1) t`, [invocationsBefore])).rows[0]!
     const failed = Number((await client.query(`SELECT count(*)::int AS n FROM deliveries WHERE status <> 'delivered'`)).rows[0].n)
     console.log(`backlog drain at the cap: ${rate.map((r) => r.toFixed(0)).join(", ")} invocations/s per ${batch} ` +
       `(mean ${(rate.reduce((a, b) => a + b, 0) / rate.length).toFixed(1)}; target ≥ 70); not delivered: ${failed}`)
-    console.log(`peak RSS at the cap, service + workerd processes: ${(peakTotalKb / 1024).toFixed(0)} MB`)
+    console.log(`invocation duration at the cap (as recorded, ${TOTAL}): p50 ${ms(Number(cap.p50))}  p99 ${ms(Number(cap.p99))}`)
+    console.log(`CPU per invocation at the cap, service + workerd processes: ${cpuPerInvocation.toFixed(2)} ms ` +
+      `(${(cpuPerInvocation * TOTAL / 1000 / drainSeconds / cpus().length * 100).toFixed(0)}% of the machine's cores over the drain)`)
+    console.log(`peak RSS at the cap, service + workerd processes (sum of VmRSS, sampled every 100 ms): ${(peakTotalKb / 1024).toFixed(0)} MB; ` +
+      `load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}`)
     console.log(`service RSS: start ${(rssAtStart / 1024).toFixed(0)} MB; after ` +
       rssAfter.map(([n, kb, heap]) => `${n}: ${(kb / 1024).toFixed(0)} MB (${heap})`).join("; "))
 

@@ -13,7 +13,7 @@ import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { TestServer, testService } from "./support/harness.js"
 import { call } from "./support/http.js"
-import { deploy, functionsOrg, invoke, workerdChildren } from "./support/functions.js"
+import { deploy, functionsOrg, invoke, marker, workerdWithSecret } from "./support/functions.js"
 
 const TIMEOUT_MS = 3000
 
@@ -212,12 +212,13 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
     it.effect("a long timer, a CPU loop and endless waitUntil work are stopped at the deadline and their processes are gone", () =>
       Effect.gen(function*() {
         const org = yield* functionsOrg()
-        const timer = yield* deploy(org.token, `export default { async fetch() { await new Promise((r) => setTimeout(r, 600000)); return new Response("late") } }`)
-        const spin = yield* deploy(org.token, `export default { async fetch() { for (;;) {} } }`)
+        const mark = marker()
+        const timer = yield* deploy(org.token, `export default { async fetch() { await new Promise((r) => setTimeout(r, 600000)); return new Response("late") } }`, { MARK: mark })
+        const spin = yield* deploy(org.token, `export default { async fetch() { for (;;) {} } }`, { MARK: mark })
         const leak = yield* deploy(org.token, `export default { async fetch(req, env, ctx) {
           ctx.waitUntil((async () => { for (;;) await new Promise((r) => setTimeout(r, 5)); })());
           return new Response("answered early");
-        } }`)
+        } }`, { MARK: mark })
         const results = yield* Effect.all([timer, spin, leak].map((f) => invoke(org.token, f.id)), { concurrency: "unbounded" })
         for (const r of results) {
           expect(r.status).toBe("function_timeout")
@@ -225,16 +226,69 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
           expect(r.duration_ms).toBeLessThan(TIMEOUT_MS + 1000)
           expect(r.elapsed).toBeLessThan(TIMEOUT_MS + 2500)
         }
-        expect(workerdChildren()).toEqual([])
+        expect(workerdWithSecret(mark)).toEqual([])
         const listed = yield* call("GET", `/v1/functions/${spin.id}/invocations`, { token: org.token })
         expect(listed.body.data[0]).toMatchObject({ status: "function_timeout", status_code: null })
+      }))
+
+    it.effect("a version's process serves its next invocations, none of an invocation's stray work reaches the next, and a redeploy gets a new process", () =>
+      Effect.gen(function*() {
+        const org = yield* functionsOrg()
+        const mark = marker()
+        const code = (label: string) => `let n = 0;
+          export default { async fetch(req, env) {
+            n++;
+            // Neither awaited nor passed to waitUntil: it must not run once the invocation has ended.
+            if (n === 1) setTimeout(() => env.MEMORY.put("stray", JSON.stringify(n)), 1000);
+            return new Response("${label} " + n);
+          } }`
+        const fn = yield* deploy(org.token, code("v1"), { MARK: mark })
+        const stray = call("GET", `/v1/functions/${fn.id}/memories/stray`, { token: org.token })
+        expect((yield* invoke(org.token, fn.id)).response_body).toBe("v1 1")
+        yield* Effect.sleep("2500 millis")
+        expect((yield* stray).status).toBe(404)
+        // The same isolate (its counter went on), and the timer left by the first did not run in it either.
+        expect((yield* invoke(org.token, fn.id)).response_body).toBe("v1 2")
+        expect((yield* stray).status).toBe(404)
+        expect(workerdWithSecret(mark)).toHaveLength(1)
+        const patched = yield* call("PATCH", `/v1/functions/${fn.id}`, { token: org.token, body: { code: code("v2") } })
+        expect(patched.status, patched.text).toBe(200)
+        expect((yield* invoke(org.token, fn.id)).response_body).toBe("v2 1")
+      }))
+
+    it.effect("an invocation past its wall clock stops its process: a concurrent invocation of the same version ends with it as function_crashed", () =>
+      Effect.gen(function*() {
+        const org = yield* functionsOrg()
+        const mark = marker()
+        const fn = yield* deploy(org.token, `export default { async fetch(req) {
+          const { mode } = await req.json();
+          if (mode === "spin") for (;;) {}
+          await new Promise((r) => setTimeout(r, 60000));
+          return new Response("late");
+        } }`, { MARK: mark })
+        const run = (mode: string) =>
+          Effect.map(call("POST", `/v1/functions/${fn.id}/invoke`, {
+            token: org.token,
+            body: { event: { mode } },
+            headers: { "idempotency-key": crypto.randomUUID() }
+          }), (r) => r.body.data as { status: string; error: string | null })
+        // Whichever reaches its deadline first (the spinning one holds the process's only thread, so
+        // the other cannot finish either) stops the process; the other ends with it.
+        const both = yield* Effect.all([run("spin"), Effect.zipRight(Effect.sleep("300 millis"), run("wait"))], { concurrency: "unbounded" })
+        const timedOut = both.filter((r) => r.status === "function_timeout")
+        const crashed = both.filter((r) => r.status === "function_crashed")
+        expect(timedOut).toHaveLength(1)
+        expect(crashed).toHaveLength(1)
+        expect(crashed[0]!.error).toContain("another invocation of this function version passed its")
+        expect(workerdWithSecret(mark)).toEqual([])
       }))
 
     it.effect("a delivery to a function past its wall clock is function_timeout on every attempt of the schedule", () =>
       Effect.gen(function*() {
         const org = yield* functionsOrg()
         const server = yield* TestServer
-        const spin = yield* deploy(org.token, `export default { async fetch() { for (;;) {} } }`)
+        const mark = marker()
+        const spin = yield* deploy(org.token, `export default { async fetch() { for (;;) {} } }`, { MARK: mark })
         expect((yield* call("POST", "/v1/endpoints", { token: org.token, body: { kind: "function", function_id: spin.id } })).status).toBe(201)
         yield* Effect.promise(async () => {
           const transport = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true })
@@ -253,7 +307,7 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions isolation
         expect(failed).toMatchObject({ attempt_count: 3, last_error_code: "function_timeout" })
         const invocations = yield* call("GET", `/v1/functions/${spin.id}/invocations`, { token: org.token })
         expect(invocations.body.data.map((i: { status: string }) => i.status)).toEqual(["function_timeout", "function_timeout", "function_timeout"])
-        expect(workerdChildren()).toEqual([])
+        expect(workerdWithSecret(mark)).toEqual([])
       }))
   })
 })

@@ -7,7 +7,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { testService } from "./support/harness.js"
-import { deploy, functionsOrg, invoke, workerdChildren } from "./support/functions.js"
+import { deploy, functionsOrg, invoke, marker, workerdWithSecret } from "./support/functions.js"
 
 const TIMEOUT_MS = 60_000
 
@@ -25,6 +25,7 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions memory", 
     it.effect("memory outside the heap (ArrayBuffers) past 512 MB of RSS: the watchdog stops the process, function_crashed", () =>
       Effect.gen(function*() {
         const org = yield* functionsOrg()
+        const mark = marker()
         const hog = yield* deploy(org.token, `export default { async fetch() {
           const hoard = [];
           for (let i = 0; i < 40; i++) {
@@ -34,21 +35,22 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions memory", 
             await new Promise((r) => setTimeout(r, 20));
           }
           return new Response("kept " + hoard.length);
-        } }`)
+        } }`, { MARK: mark })
         const r = yield* invoke(org.token, hog.id)
         expect(r.status, r.logs).toBe("function_crashed")
         expect(r.error).toContain("passed 512 MB of memory and was stopped")
-        expect(workerdChildren()).toEqual([])
+        expect(workerdWithSecret(mark)).toEqual([])
       }))
 
     it.effect("a heap bomb is function_crashed and its neighbours are unaffected", () =>
       Effect.gen(function*() {
         const org = yield* functionsOrg()
         const neighbourOrg = yield* functionsOrg()
+        const mark = marker()
         const bomb = yield* deploy(org.token, `export default { async fetch() {
           const hoard = [];
           for (;;) hoard.push(new Array(1e6).fill(1.5));
-        } }`)
+        } }`, { MARK: mark })
         const calm = yield* deploy(neighbourOrg.token, `export default { async fetch() {
           await new Promise((r) => setTimeout(r, 300));
           return new Response("fine");
@@ -62,7 +64,8 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("functions memory", 
         expect(crashed!.status, crashed!.logs).toBe("function_crashed")
         expect(crashed!.error).toContain("ran out of its 128 MB heap")
         for (const n of neighbours) expect(n).toMatchObject({ status: "ok", response_body: "fine" })
-        expect(workerdChildren()).toEqual([])
+        // The crashed process is gone; the neighbour's stays warm for its next invocation.
+        expect(workerdWithSecret(mark)).toEqual([])
       }))
   })
 })

@@ -3,15 +3,17 @@
  * protocol workerd uses for a `kvNamespace` bound to an external service (`GET|PUT|DELETE
  * /<percent-encoded key>?urlencoded=true`, `GET /?prefix=&key_count_limit=&cursor=` for list).
  *
- * Who is calling comes only from headers workerd injects on the way out (an invocation token the
- * tenant never sees, and the scope of the binding); a same-named header the tenant sets is
- * replaced by workerd. The token is looked up among this process's running invocations, so an
- * ended invocation's token opens nothing. The key is one decoded path segment, never a path.
+ * Who is calling comes only from headers workerd injects on the way out (the token of the workerd
+ * process, which the tenant never sees, and the scope of the binding); a same-named header the
+ * tenant sets is replaced by workerd. The token is looked up among the processes running an
+ * invocation now, so a process between invocations (or gone) opens nothing. The key is one
+ * decoded path segment, never a path.
  */
 import { Effect, Option, Runtime } from "effect"
 import { chmodSync } from "node:fs"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { keyProblem, type MemoryScope, MemoriesRepo, VALUE_MAX_BYTES } from "../memories/Repo.js"
+import { PROCESS_HEADER } from "./Workerd.js"
 
 export interface InvocationIdentity {
   readonly orgId: string
@@ -51,7 +53,7 @@ export const startMemoryHost = (
     const run = <A>(e: Effect.Effect<A>) => Runtime.runPromise(runtime)(e)
 
     const handle = async (req: IncomingMessage, res: ServerResponse) => {
-      const token = req.headers["x-mailroom-invocation"]
+      const token = req.headers[PROCESS_HEADER]
       const scopeName = req.headers["x-mailroom-scope"]
       const who = typeof token === "string" ? identify(token) : undefined
       if (who === undefined || (scopeName !== "function" && scopeName !== "org")) return reply(res, 403, "not a running invocation")

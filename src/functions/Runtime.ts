@@ -1,9 +1,10 @@
 /**
- * The functions runtime of this process: a queue in front of workerd processes (at most
- * FUNCTION_CONCURRENCY at once, 4 per organization), the memory socket their bindings reach, and
- * the short-lived credential each invocation's MAILROOM binding carries.
+ * The functions runtime of this process: a queue in front of the warm workerd processes (at most
+ * FUNCTION_CONCURRENCY invocations at once, 4 per organization), the memory socket their bindings
+ * reach, and the gate in front of the service that their MAILROOM binding reaches, with a
+ * short-lived credential the host holds for each process.
  */
-import { Data, Duration, Effect, Option } from "effect"
+import { Data, Duration, Effect, Option, Runtime } from "effect"
 import { RateLimited } from "../contract/Errors.js"
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -14,9 +15,11 @@ import { Credentials } from "../platform/Credentials.js"
 import { FairSlots, quarterReserve } from "../platform/FairSlots.js"
 import { setHeader } from "../platform/HttpHeaders.js"
 import { PREFIX, randomToken, sha256Hex } from "../platform/Secrets.js"
-import { type InvocationIdentity, startMemoryHost } from "./MemoryHost.js"
-import { killAll, type ProcessResult, runProcess, validateModule } from "./Process.js"
+import { startMemoryHost } from "./MemoryHost.js"
+import { makePool, type WarmProcess } from "./Pool.js"
+import { killAll, type ProcessResult, validateModule } from "./Process.js"
 import { FunctionsRepo } from "./Repo.js"
+import { startServiceGate } from "./ServiceGate.js"
 
 export const PER_ORG_CONCURRENCY = 4
 /** Loading a module to validate it should take well under a second; this bounds a pathological one. */
@@ -46,6 +49,8 @@ export const busyAsRateLimited = (e: SlotsBusy) =>
   )
 /** A credential outlives the wall clock by this much, in case revocation at the end fails. */
 const TOKEN_MARGIN_MS = 60_000
+/** A warm process idle this long is stopped. */
+const IDLE_MS = 30_000
 
 
 export interface RunInput {
@@ -74,10 +79,18 @@ export const redactSecrets = (text: string, secrets: Readonly<Record<string, str
   return out
 }
 
-const serviceAddress = (host: string, port: number) => {
+const serviceHost = (host: string) => {
   const local = host === "0.0.0.0" || host === "::" || host === "" || host === "localhost"
-  const h = local ? "127.0.0.1" : host
-  return h.includes(":") ? `[${h}]:${port}` : `${h}:${port}`
+  return local ? "127.0.0.1" : host
+}
+
+/** Everything a process is started with: equal keys, identical processes. */
+const versionKey = (input: RunInput) =>
+  sha256Hex(JSON.stringify([input.orgId, input.functionId, input.code, Object.entries(input.secrets).sort(), input.webhookSecret]))
+
+interface ProcessCredential {
+  readonly value: string
+  readonly expiresAt: number
 }
 
 export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom/FunctionRuntime", {
@@ -93,34 +106,103 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
         rmSync(dir, { recursive: true, force: true })
       })
     )
-    const running = new Map<string, InvocationIdentity>()
     const memorySocket = join(stateDir, "memory.sock")
+    const serviceSocket = join(stateDir, "service.sock")
+    const rt = yield* Effect.runtime<never>()
+
+    // A process's MAILROOM credential: issued on the first call of a run of invocations, renewed a wall
+    // clock before it expires, revoked as soon as the process runs none (so it is valid only while an
+    // invocation runs, as the gate also checks); it never enters workerd.
+    const issued = new Map<string, { current?: Promise<ProcessCredential>; ids: Array<string> }>()
+    const credentialOf = (p: WarmProcess): Promise<ProcessCredential> => {
+      let entry = issued.get(p.token)
+      if (entry === undefined) {
+        entry = { ids: [] }
+        issued.set(p.token, entry)
+      }
+      const e = entry
+      const renew = () => {
+        const value = `${PREFIX.functionToken}${randomToken(40)}`
+        const expiresAt = Date.now() + 2 * timeoutMs + TOKEN_MARGIN_MS
+        const next = Runtime.runPromise(rt)(repo.issueToken(p.version.orgId, p.version.functionId, sha256Hex(value), new Date(expiresAt))).then((id) => {
+          e.ids.push(id)
+          return { value, expiresAt }
+        })
+        e.current = next
+        next.catch(() => {
+          if (e.current === next) delete e.current
+        })
+        return next
+      }
+      if (e.current === undefined) return renew()
+      return e.current.then((c) => c.expiresAt - Date.now() > timeoutMs + TOKEN_MARGIN_MS ? c : renew())
+    }
+    const revokeCredentials = async (p: WarmProcess): Promise<void> => {
+      const entry = issued.get(p.token)
+      issued.delete(p.token)
+      if (entry === undefined) return
+      await Promise.resolve(entry.current).catch(() => undefined)
+      await Runtime.runPromise(rt)(Effect.forEach(entry.ids, (id) =>
+        repo.revokeToken(id).pipe(
+          Effect.ignore,
+          // The request pipeline may hold the credential for a few seconds: it ends with the run.
+          Effect.zipRight(credentials.forgetApiKey(id))
+        ), { discard: true })).catch(() => undefined)
+    }
+
+    const pool = makePool({
+      stateDir: () => stateDir,
+      memorySocket,
+      serviceSocket,
+      maxProcesses: config.functionConcurrency,
+      idleMs: IDLE_MS,
+      onIdle: revokeCredentials
+    })
+    yield* Effect.addFinalizer(() => Effect.sync(() => pool.stopAll()))
     const memoryHost = yield* Effect.acquireRelease(
-      startMemoryHost(memorySocket, (token) => running.get(token)),
+      startMemoryHost(memorySocket, (token) => pool.identify(token)?.version),
+      (server) => Effect.sync(() => server.close())
+    )
+    const credentialFor = async (token: string) => {
+      const p = pool.identify(token)
+      return p === undefined ? undefined : (await credentialOf(p)).value
+    }
+    const target = { host: serviceHost(config.host), port: config.port }
+    const gate = yield* Effect.acquireRelease(
+      Effect.promise(() => startServiceGate(serviceSocket, target, credentialFor)),
       (server) => Effect.sync(() => server.close())
     )
     /**
      * The state directory removed under the running service (a tmp cleaner, an operator): created
-     * again with the memory socket, so deploys and invocations keep working instead of failing.
+     * again with both sockets, so deploys and invocations keep working instead of failing. The warm
+     * processes lost their own sockets with it: they are stopped and start again on demand.
      */
-    const restoring = yield* Effect.makeSemaphore(1)
-    const ensureState = restoring.withPermits(1)(Effect.async<void, Error>((resume) => {
-      if (existsSync(memorySocket)) return resume(Effect.void)
-      try {
-        mkdirSync(stateDir, { recursive: true, mode: 0o700 })
-      } catch (e) {
-        return resume(Effect.fail(e as Error))
-      }
-      memoryHost.close()
-      const failed = (e: Error) => resume(Effect.fail(e))
-      memoryHost.once("error", failed)
-      memoryHost.listen(memorySocket, () => {
-        memoryHost.off("error", failed)
-        chmodSync(memorySocket, 0o600)
-        resume(Effect.void)
+    const relisten = (server: typeof gate, path: string) =>
+      Effect.async<void, Error>((resume) => {
+        server.close()
+        const failed = (e: Error) => resume(Effect.fail(e))
+        server.once("error", failed)
+        server.listen(path, () => {
+          server.off("error", failed)
+          chmodSync(path, 0o600)
+          resume(Effect.void)
+        })
       })
+    const restoring = yield* Effect.makeSemaphore(1)
+    const ensureState = restoring.withPermits(1)(Effect.suspend(() => {
+      if (existsSync(memorySocket) && existsSync(serviceSocket)) return Effect.void
+      return Effect.try({
+        try: () => {
+          pool.stopAll()
+          mkdirSync(stateDir, { recursive: true, mode: 0o700 })
+          for (const path of [memorySocket, serviceSocket]) rmSync(path, { force: true })
+        },
+        catch: (e) => e as Error
+      }).pipe(
+        Effect.zipRight(relisten(memoryHost, memorySocket)),
+        Effect.zipRight(relisten(gate, serviceSocket))
+      )
     })).pipe(
-      Effect.tap(() => Effect.void),
       Effect.catchAll((e) =>
         Effect.die(new Error(`the functions state directory ${stateDir} could not be created again: ${e.message}`))
       )
@@ -140,36 +222,16 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
       Effect.flatMap(slots.withSlot(input.orgId, Effect.gen(function*() {
         if (input.onStart !== undefined && !(yield* input.onStart)) return Option.none<ProcessResult>()
         yield* ensureState
-        const credential = `${PREFIX.functionToken}${randomToken(40)}`
-        const invocationToken = randomToken(40)
-        const expiresAt = new Date(Date.now() + timeoutMs + TOKEN_MARGIN_MS)
-        const tokenId = yield* repo.issueToken(input.orgId, input.functionId, sha256Hex(credential), expiresAt)
-        return yield* Effect.acquireUseRelease(
-          Effect.sync(() => running.set(invocationToken, { orgId: input.orgId, functionId: input.functionId })),
-          () =>
-            Effect.promise(() =>
-              runProcess({
-                code: input.code,
-                secrets: input.secrets,
-                webhookSecret: input.webhookSecret,
-                body: input.body,
-                headers: input.headers,
-                timeoutMs,
-                stateDir,
-                memorySocket,
-                invocationToken,
-                serviceAddress: serviceAddress(config.host, config.port),
-                serviceCredential: credential,
-                allowPrivateNetwork: config.functionAllowPrivateNetwork
-              })
-            ),
-          () =>
-            Effect.sync(() => running.delete(invocationToken)).pipe(
-              Effect.zipRight(repo.revokeToken(tokenId).pipe(Effect.ignore)),
-              // The request pipeline may hold the credential for a few seconds: it ends with the run.
-              Effect.zipRight(credentials.forgetApiKey(tokenId))
-            )
-        ).pipe(Effect.map(Option.some))
+        const version = {
+          key: versionKey(input),
+          orgId: input.orgId,
+          functionId: input.functionId,
+          code: input.code,
+          secrets: input.secrets,
+          webhookSecret: input.webhookSecret,
+          allowPrivateNetwork: config.functionAllowPrivateNetwork
+        }
+        return yield* Effect.promise(() => pool.invoke(version, input.body, input.headers, timeoutMs)).pipe(Effect.map(Option.some))
       }), input.maxWaitMs), (granted) =>
         Option.match(granted, {
           onNone: () => Effect.fail(new SlotsBusy({ what: "invocation", waitedMs: input.maxWaitMs ?? 0 })),

@@ -1,6 +1,6 @@
 /**
- * The workerd side of one invocation: the binary, the entry module wrapped around the tenant's
- * module, and the Cap'n Proto text config generated for each process.
+ * The workerd side of a function version's process: the binary, the entry module wrapped around
+ * the tenant's module, and the Cap'n Proto text config generated for each process.
  */
 import { createRequire } from "node:module"
 
@@ -21,62 +21,123 @@ const ENTRY_MODULE = "mailroom-entry.js"
 /** Binding names the service gives every function; secrets may not take them. */
 export const RESERVED_BINDINGS = ["MAILROOM", "MAILROOM_WEBHOOK_SECRET", "SERVICE_WEBHOOK_SECRET", "MEMORY", "ORG_MEMORY"] as const
 
-/** The response header the entry module sets (with this invocation's nonce) on an uncaught exception. */
-export const ERROR_HEADER = "x-mailroom-function-error"
-/** The request header carrying that nonce to the entry module (removed before the tenant sees the request). */
-export const NONCE_HEADER = "x-mailroom-invocation-nonce"
+/** Console output one invocation keeps; the rest is cut (the host adds the marker). */
+export const LOG_LIMIT_BYTES = 16 * 1024
+/** Response bytes read from a function; the rest is discarded. */
+export const RESPONSE_LIMIT_BYTES = 64 * 1024
+
+/**
+ * What the entry module answers the host for every event: the function's response (its body cut
+ * at RESPONSE_LIMIT_BYTES), or the uncaught exception, and the console output of this invocation.
+ */
+export interface Envelope {
+  readonly status: number
+  readonly headers: Record<string, string>
+  readonly body: string
+  readonly error: string | null
+  readonly logs: string
+  readonly logsCut: boolean
+}
 
 /**
  * The entry module: loads the tenant's module (a module without a default `fetch` fails to load,
- * so deployment rejects it), hands it an `env` whose MAILROOM accepts paths, answers an uncaught
- * exception with a response marked by a nonce the tenant never sees, and holds the response until
- * every `waitUntil` promise has settled, so the host's wall clock covers that work too.
+ * so deployment rejects it), hands it an `env` whose MAILROOM accepts paths, and holds its answer
+ * until every `waitUntil` promise has settled, so the host's wall clock covers that work too.
+ * One process serves the concurrent invocations of one function version: console output is kept
+ * per invocation through AsyncLocalStorage (it follows the invocation's promises, timers and
+ * `waitUntil` work), and the host gets one envelope per event, never the raw response.
  * `MAILROOM.fetch` accepts paths (`/v1/…`) and reaches only `/v1`.
  */
-const ENTRY_SOURCE = `import * as tenant from "./${TENANT_MODULE}";
+const ENTRY_SOURCE = `import { AsyncLocalStorage } from "node:async_hooks";
+import * as tenant from "./${TENANT_MODULE}";
 const handler = tenant.default;
 if (handler === null || (typeof handler !== "object" && typeof handler !== "function") || typeof handler.fetch !== "function") {
   throw new Error("the module's default export has no fetch(request, env) method");
 }
 const BASE = "https://mailroom.internal/";
-const NONCE = "${NONCE_HEADER}";
+const LOG_LIMIT = ${LOG_LIMIT_BYTES};
+const BODY_LIMIT = ${RESPONSE_LIMIT_BYTES};
+const current = new AsyncLocalStorage();
+const encoder = new TextEncoder();
+const show = (v) => {
+  if (typeof v === "string") return v;
+  if (v instanceof Error) return v.stack ? String(v.stack) : String(v);
+  if (v === undefined || typeof v === "function" || typeof v === "symbol" || typeof v === "bigint") return String(v);
+  try { return JSON.stringify(v) ?? String(v); } catch { return String(v); }
+};
+for (const level of ["log", "info", "warn", "error", "debug", "trace"]) {
+  const original = console[level];
+  console[level] = function(...args) {
+    const out = current.getStore();
+    if (out === undefined) return original.apply(console, args);
+    if (out.cut) return;
+    const line = encoder.encode(args.map(show).join(" ") + "\\n");
+    const room = LOG_LIMIT - out.size;
+    if (line.length > room) { out.parts.push(line.subarray(0, room)); out.size = LOG_LIMIT; out.cut = true; return; }
+    out.parts.push(line);
+    out.size += line.length;
+  };
+}
+const text = (parts) => {
+  const all = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) { all.set(p, at); at += p.length; }
+  return new TextDecoder().decode(all);
+};
+const readBody = async (response) => {
+  if (response.body === null) return "";
+  const reader = response.body.getReader();
+  const parts = [];
+  let size = 0;
+  while (size < BODY_LIMIT) {
+    const { done, value } = await reader.read();
+    if (done) return text(parts);
+    const chunk = value instanceof Uint8Array ? value : new Uint8Array(value);
+    parts.push(chunk.subarray(0, BODY_LIMIT - size));
+    size += chunk.length;
+  }
+  reader.cancel().catch(() => undefined);
+  return text(parts);
+};
+const invoke = async (request, env, ctx, out) => {
+  const service = env.MAILROOM;
+  const tenantEnv = { ...env };
+  tenantEnv.MAILROOM = Object.freeze({
+    fetch(input, init) {
+      const req = input instanceof Request ? new Request(new URL(new URL(input.url).pathname + new URL(input.url).search, BASE), input) : new Request(new URL(String(input), BASE), init);
+      const path = new URL(req.url).pathname;
+      if (path !== "/v1" && !path.startsWith("/v1/")) return Promise.reject(new TypeError("MAILROOM.fetch reaches only /v1/… paths"));
+      return service.fetch(req);
+    }
+  });
+  const pending = new Set();
+  const wrappedCtx = {
+    waitUntil(p) {
+      const settled = Promise.resolve(p).then(() => undefined, (e) => { console.error("waitUntil promise rejected:", e && e.stack || String(e)); });
+      pending.add(settled);
+      settled.finally(() => pending.delete(settled));
+    },
+    passThroughOnException() {},
+    get props() { return ctx.props; }
+  };
+  let answer;
+  try {
+    const response = await handler.fetch(request, tenantEnv, wrappedCtx);
+    if (!(response instanceof Response)) throw new TypeError("fetch() must return a Response, got " + (response === null ? "null" : typeof response));
+    const headers = {};
+    for (const [k, v] of response.headers) headers[k] = headers[k] === undefined ? v : headers[k] + ", " + v;
+    answer = { status: response.status, headers, body: await readBody(response), error: null };
+  } catch (e) {
+    answer = { status: 500, headers: {}, body: "", error: e && e.stack ? String(e.stack) : String(e) };
+  }
+  while (pending.size > 0) await Promise.all([...pending]);
+  return answer;
+};
 export default {
   async fetch(request, env, ctx) {
-    // The nonce arrives with the event and never reaches the tenant: its request is a copy without it.
-    const nonce = request.headers.get(NONCE);
-    const headers = new Headers(request.headers);
-    headers.delete(NONCE);
-    const event = new Request(request, { headers });
-    const service = env.MAILROOM;
-    const tenantEnv = { ...env };
-    tenantEnv.MAILROOM = Object.freeze({
-      fetch(input, init) {
-        const req = input instanceof Request ? new Request(new URL(new URL(input.url).pathname + new URL(input.url).search, BASE), input) : new Request(new URL(String(input), BASE), init);
-        const path = new URL(req.url).pathname;
-        if (path !== "/v1" && !path.startsWith("/v1/")) return Promise.reject(new TypeError("MAILROOM.fetch reaches only /v1/… paths"));
-        return service.fetch(req);
-      }
-    });
-    const pending = new Set();
-    const wrappedCtx = {
-      waitUntil(p) {
-        const settled = Promise.resolve(p).then(() => undefined, (e) => { console.error("waitUntil promise rejected:", e && e.stack || String(e)); });
-        pending.add(settled);
-        settled.finally(() => pending.delete(settled));
-      },
-      passThroughOnException() {},
-      get props() { return ctx.props; }
-    };
-    let response;
-    try {
-      response = await handler.fetch(event, tenantEnv, wrappedCtx);
-      if (!(response instanceof Response)) throw new TypeError("fetch() must return a Response, got " + (response === null ? "null" : typeof response));
-    } catch (e) {
-      const text = e && e.stack ? String(e.stack) : String(e);
-      response = new Response(text, { status: 500, headers: { "${ERROR_HEADER}": nonce } });
-    }
-    while (pending.size > 0) await Promise.all([...pending]);
-    return response;
+    const out = { parts: [], size: 0, cut: false };
+    const answer = await current.run(out, () => invoke(request, env, ctx, out));
+    return new Response(JSON.stringify({ ...answer, logs: text(out.parts), logsCut: out.cut }), { headers: { "content-type": "application/json" } });
   }
 };
 `
@@ -117,15 +178,20 @@ export interface ConfigInput {
   readonly secretNames: ReadonlyArray<string>
   /** The unix socket the host posts the event to. */
   readonly invokeSocket: string
-  /** The host's memory socket and the token identifying this invocation to it. */
+  /** The host's memory socket and its socket in front of the service's `/v1` (the MAILROOM binding). */
   readonly memorySocket: string
-  readonly invocationToken: string
-  /** The service's own HTTP address (`host:port`) and this invocation's bearer credential. */
-  readonly serviceAddress: string
-  readonly serviceCredential: string
+  readonly serviceSocket: string
+  /**
+   * Identifies this process to both sockets: the host answers only while the process runs an
+   * invocation, as the function whose version it serves. workerd sets it on every request itself.
+   */
+  readonly processToken: string
   /** Development only (`FUNCTION_ALLOW_PRIVATE_NETWORK`): loopback and private addresses reachable too. */
   readonly allowPrivateNetwork?: boolean
 }
+
+/** The header workerd sets on every memory and MAILROOM request: the process's token. */
+export const PROCESS_HEADER = "x-mailroom-process"
 
 export const secretEnvName = (i: number) => `FN_SECRET_${i}`
 export const WEBHOOK_SECRET_ENV = "FN_WEBHOOK_SECRET"
@@ -134,9 +200,9 @@ const header = (name: string, value: string) => `(name = ${capnpString(name)}, v
 
 /**
  * The config of one process: the entry and tenant modules inline, secrets from the environment,
- * outbound network to public addresses only, KV namespaces and the MAILROOM service through
- * external services whose identifying headers workerd sets on every request (replacing any header
- * of the same name the tenant sent), the event socket on a unix path, and the heap cap.
+ * outbound network to public addresses only, KV namespaces and the MAILROOM service through the
+ * host's unix sockets with an identifying header workerd sets on every request (replacing any
+ * header of the same name the tenant sent), the event socket on a unix path, and the heap cap.
  */
 export const buildConfig = (c: ConfigInput): string => {
   const bindings = [
@@ -150,7 +216,7 @@ export const buildConfig = (c: ConfigInput): string => {
   ]
   const kv = (name: string, scope: string) =>
     `(name = "${name}", external = (address = ${capnpString(`unix:${c.memorySocket}`)}, http = (injectRequestHeaders = [` +
-    `${header("x-mailroom-invocation", c.invocationToken)}, ${header("x-mailroom-scope", scope)}])))`
+    `${header(PROCESS_HEADER, c.processToken)}, ${header("x-mailroom-scope", scope)}])))`
   return `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
@@ -160,6 +226,7 @@ const config :Workerd.Config = (
         (name = ${capnpString(TENANT_MODULE)}, esModule = ${capnpString(c.code)})
       ],
       compatibilityDate = ${capnpString(COMPATIBILITY_DATE)},
+      compatibilityFlags = ["nodejs_als"],
       bindings = [${bindings.join(", ")}],
       globalOutbound = "public-only"
     )),
@@ -174,8 +241,8 @@ const config :Workerd.Config = (
     )),
     ${kv("kv-function", "function")},
     ${kv("kv-org", "org")},
-    (name = "mailroom", external = (address = ${capnpString(c.serviceAddress)}, http = (injectRequestHeaders = [` +
-    `${header("authorization", `Bearer ${c.serviceCredential}`)}])))
+    (name = "mailroom", external = (address = ${capnpString(`unix:${c.serviceSocket}`)}, http = (injectRequestHeaders = [` +
+    `${header(PROCESS_HEADER, c.processToken)}])))
   ],
   sockets = [(name = "invoke", address = ${capnpString(`unix:${c.invokeSocket}`)}, http = (), service = "main")],
   v8Flags = ["--max-old-space-size=${HEAP_LIMIT_MB}"]

@@ -48,3 +48,19 @@ export const workerdChildren = () => {
   }
   return out
 }
+
+/**
+ * The workerd processes still running that were started with this secret value: a function
+ * version's warm process, recognised by a marker secret only it was given.
+ */
+export const workerdWithSecret = (value: string) =>
+  workerdChildren().filter((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").some((kv) => kv.endsWith(`=${value}`))
+    } catch {
+      return false
+    }
+  })
+
+/** A secret value no other process holds. */
+export const marker = () => `mark-${crypto.randomUUID()}`

@@ -95,7 +95,7 @@ export const httpEmbedder = (base: string, apiKey: Option.Option<Redacted.Redact
     )
 })
 
-/** The embedder the configuration names: the HTTP service when `EMBEDDINGS_URL` is set, else the in-process model. */
+/** The embedder the configuration names: the HTTP service when `EMBEDDINGS_URL` is set, else the built-in model in its own process. */
 export const EmbedderLive = Layer.scoped(
   Embedder,
   Effect.gen(function*() {

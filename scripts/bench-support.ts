@@ -111,6 +111,8 @@ export interface Service {
 /** The service as `npm start` runs it: bundled once per benchmark run (scripts/build-server.mjs). */
 let built: string | undefined
 export const builtService = () => {
+  // BENCH_SERVICE=path/to/main.mjs runs that build instead (an older one, to compare side by side).
+  if (process.env.BENCH_SERVICE) return process.env.BENCH_SERVICE
   if (built === undefined) {
     execFileSync(process.execPath, ["scripts/build-server.mjs"], { cwd: ROOT, stdio: "inherit" })
     built = `${ROOT}dist/server/main.mjs`
@@ -145,12 +147,16 @@ export const startService = async (env: Record<string, string>): Promise<Service
     stdio: ["ignore", "ignore", "inherit"]
   })
   const baseUrl = `http://127.0.0.1:${port}`
-  const until = Date.now() + 60_000
+  // BENCH_START_SECONDS: how long a start may take (default 60; a heavily loaded machine needs more).
+  const until = Date.now() + Number(process.env.BENCH_START_SECONDS ?? 60) * 1000
   for (;;) {
     try {
       if ((await fetch(`${baseUrl}/v1/health`)).ok) break
     } catch { /* starting */ }
-    if (Date.now() > until) throw new Error("service did not start")
+    if (Date.now() > until) {
+      child.kill("SIGKILL")
+      throw new Error("service did not start")
+    }
     await new Promise((r) => setTimeout(r, 200))
   }
   const status = (field: string) => {

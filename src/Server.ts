@@ -150,7 +150,7 @@ const deliveryServicesOver = (localDelivery: Layer.Layer<LocalDelivery>) => Laye
   FunctionRuntime.Default,
   // One verified-sender lookup (and its batch workers) for ingestion; the send path resolves handles with it.
   RegistryDirectory.Default,
-  // One embedder (the in-process model's worker, or the HTTP client) for search queries and the embedding backlog.
+  // One embedder (the built-in model in its own process, or the HTTP client) for search queries and the embedding backlog.
   EmbedderLive,
   // Events that are not about one email (payments), through the same delivery path.
   OrgEvents.Default,
@@ -271,7 +271,7 @@ const AreaWorkers = [
 
 /**
  * The whole service over an AppConfig. Every worker of `WORKERS` (platform/Workers.ts) runs it; all
- * but the first leave out the embedding backlog, so that one process loads the model for it.
+ * but the first leave out the embedding backlog, so that one process feeds the one model process.
  */
 export const serviceLive = (options: { readonly embeddingBacklog: boolean }) =>
   Layer.mergeAll(HttpLive, ...AreaWorkers, options.embeddingBacklog ? EmbeddingBacklogLive() : Layer.empty).pipe(

@@ -15,6 +15,8 @@ import { AppConfig, AppConfigLive, type AppConfigShape } from "./platform/Config
 import { asPortInUse, ensurePortsFree, PORT_IN_USE_EXIT, PortInUse } from "./platform/Ports.js"
 import { DRAIN_MESSAGE, supervise, workerCount, workerRole } from "./platform/Workers.js"
 import { loggerLayer } from "./platform/Logging.js"
+import { startModelHost } from "./search/ModelProcess.js"
+import { serveModelToWorkers } from "./search/ModelRelay.js"
 import { serviceLive } from "./Server.js"
 
 // The spool's young-generation collections during long streams (inbound/Spool.ts) use `gc`, exposed
@@ -88,12 +90,24 @@ const logger = (config: AppConfigShape) => {
     runtime.runSync(level === "info" ? Effect.logInfo(message) : level === "warning" ? Effect.logWarning(message) : Effect.logError(message))
 }
 
-/** The primary: workers started and supervised until they have all stopped, then its exit. */
-const primary = (config: AppConfigShape, count: number) =>
-  supervise({ count, shutdownTimeout: config.shutdownTimeout, log: logger(config) }).pipe(
+/**
+ * The primary: workers started and supervised until they have all stopped, then its exit. It also
+ * runs the built-in embedding model's process for all workers (started on a worker's first request).
+ */
+const primary = (config: AppConfigShape, count: number) => {
+  const log = logger(config)
+  return Effect.acquireUseRelease(
+    Effect.sync(() => {
+      const host = startModelHost({ log })
+      return { host, stopServing: serveModelToWorkers(host) }
+    }),
+    () => supervise({ count, shutdownTimeout: config.shutdownTimeout, log }),
+    ({ host, stopServing }) => Effect.promise(() => (stopServing(), host.close()))
+  ).pipe(
     Effect.flatMap((code) => Effect.sync(() => process.exit(code))),
     Effect.uninterruptible
   )
+}
 
 const program = Effect.gen(function*() {
   const config = yield* AppConfig

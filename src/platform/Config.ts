@@ -58,7 +58,7 @@ export interface AppConfigShape {
   readonly x402FacilitatorUrl: Option.Option<string>
   /** How long one settlement may take (broadcast and receipt) before it counts as unavailable. */
   readonly x402SettleTimeout: Duration.Duration
-  /** An OpenAI-compatible embeddings service (`{base}/embeddings`); none: the in-process model. */
+  /** An OpenAI-compatible embeddings service (`{base}/embeddings`); none: the built-in model (its own process). */
   readonly embeddingsUrl: Option.Option<string>
   readonly embeddingsApiKey: Option.Option<Redacted.Redacted<string>>
   readonly embeddingsModel: Option.Option<string>

@@ -22,7 +22,8 @@
  *   still running well past SHUTDOWN_TIMEOUT, kills them at once.
  *
  * Worker slots are numbered from 1 (`MAILROOM_WORKER`); slot 1 also runs what one process does for
- * all (the embedding backlog: the model is loaded by one process, not by each).
+ * all (the embedding backlog). The built-in embedding model runs once, in a process of the primary's
+ * that every worker reaches through it (search/ModelRelay.ts, wired in main.ts).
  */
 import cluster, { type Worker } from "node:cluster"
 import { Duration, Effect, Option, type Redacted } from "effect"

@@ -5,8 +5,8 @@
  * embedder fails on is released with a growing delay (capped) and tried again, for as long as it
  * takes: mail is never refused or delayed for it, it is only found lexically meanwhile.
  *
- * It is background work and yields to the foreground: the model runs on a core of its own (a worker
- * thread) that ingestion, deliveries, wakes and sends also need, so after each batch the loop rests
+ * It is background work and yields to the foreground: the model runs on a core of its own (its own
+ * process, search/ModelProcess.ts) that ingestion, deliveries, wakes and sends also need, so after each batch the loop rests
  * as long as the batch took (at most half a core over time), and it claims nothing while this
  * process's event loop has been busy (utilization over `busyAbove` since the last look). Measured
  * with 10,000 wakes due in one minute on two cores: the backlog running flat out made the firings

@@ -1,7 +1,7 @@
 /**
  * Text → unit vectors. Two real layers, chosen by configuration: an OpenAI-compatible HTTP service
  * (`EMBEDDINGS_URL`, `EMBEDDINGS_API_KEY`, `EMBEDDINGS_MODEL`), or by default a model shipped inside
- * an npm package, run in a worker thread (LocalModel.ts). Every vector leaves here L2-normalised, so
+ * an npm package, run in a process of its own (LocalModel.ts). Every vector leaves here L2-normalised, so
  * a dot product is the cosine similarity.
  */
 import { Context, Duration, Effect, Layer, Option, Redacted } from "effect"
@@ -95,7 +95,7 @@ export const httpEmbedder = (base: string, apiKey: Option.Option<Redacted.Redact
     )
 })
 
-/** The embedder the configuration names: the HTTP service when `EMBEDDINGS_URL` is set, else the in-process model. */
+/** The embedder the configuration names: the HTTP service when `EMBEDDINGS_URL` is set, else the built-in model in its own process. */
 export const EmbedderLive = Layer.scoped(
   Embedder,
   Effect.gen(function*() {

@@ -47,6 +47,17 @@ const childrenOf = (pid: number) => {
   }
 }
 
+const runs = (pid: number, what: string) => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(what)
+  } catch {
+    return false
+  }
+}
+/** The service processes among a primary's children (the primary also runs the embedding model's process). */
+const workersOf = (pid: number) => childrenOf(pid).filter((p) => runs(p, "main.mjs"))
+const modelsOf = (pid: number) => childrenOf(pid).filter((p) => runs(p, "ModelWorker"))
+
 const isAlive = (pid: number) => {
   try {
     process.kill(pid, 0)
@@ -115,7 +126,7 @@ describe.skipIf(!onPostgres)("two workers on PostgreSQL (skipped without DATABAS
 
       // Two worker processes under the primary (the second starts once the first listens).
       await waitUntil("the second worker listening", () => (s.log().match(/Listening on http/g)?.length ?? 0) === 2, 120_000)
-      const workers = childrenOf(s.pid)
+      const workers = workersOf(s.pid)
       expect(workers.length).toBe(2)
 
       // The organization's window (120 per 60 s) counted across both workers: the 121st is refused.
@@ -178,7 +189,7 @@ describe.skipIf(!onPostgres)("two workers on PostgreSQL (skipped without DATABAS
       // A keep-alive connection the victim held fails; a new one reaches the other worker.
       await waitUntil("the other worker to answer", () => healthy(s.port), 5_000)
       await waitUntil("the worker to be replaced", () => {
-        const now = childrenOf(s.pid)
+        const now = workersOf(s.pid)
         return now.length === 2 && !now.includes(victim)
       }, 30_000)
       expect(s.log()).toMatch(/exited with signal SIGKILL; starting it again/)
@@ -189,7 +200,11 @@ describe.skipIf(!onPostgres)("two workers on PostgreSQL (skipped without DATABAS
       await sendMail(s.smtpPort, org.address, "after-restart")
       await waitUntil("the mail after the restart delivered", () => receiver.hits.some((h) => h.body.email?.subject === "after-restart"), 30_000)
 
-      // SIGTERM: both workers drain, the primary exits 0 after them.
+      // The embedding model runs once, in the primary's process for all workers: no worker has its own.
+      expect(modelsOf(s.pid).length).toBeLessThanOrEqual(1)
+      for (const w of workersOf(s.pid)) expect(modelsOf(w)).toEqual([])
+
+      // SIGTERM: both workers drain, the primary exits 0 after them (and stops the model process).
       const before = childrenOf(s.pid)
       s.child.kill("SIGTERM")
       expect(await s.exited).toBe(0)
@@ -214,7 +229,7 @@ describe.skipIf(onPostgres)("WORKERS on the embedded database", () => {
     const dir = mkdtempSync(join(tmpdir(), "mailroom-workers-"))
     try {
       const svc = await start(baseEnv(dir, undefined, { WORKERS: "2", LOG_LEVEL: "info" }))
-      expect(childrenOf(svc.pid).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("main.mjs"))).toEqual([])
+      expect(workersOf(svc.pid)).toEqual([])
       expect(svc.log()).toMatch(/running one process, not WORKERS=2: the embedded database \(PGlite\) belongs to one process/)
       svc.child.kill("SIGTERM")
       expect(await svc.exited).toBe(0)

@@ -9,9 +9,12 @@
  * Uses DATABASE_URL when set (a scratch database is created on that server), else embedded PGlite.
  * Requests are spread over many organizations so the 120/min limiter never refuses one.
  *
- *   npx tsx scripts/bench-api.ts [--seconds 5] [--concurrency 50]
+ * Each service target also prints the service CPU per request, its whole process tree counted;
+ * `--workers 1,2` (default `WORKERS`, else 1) measures the service targets at each count in turn.
+ *
+ *   npx tsx scripts/bench-api.ts [--seconds 5] [--concurrency 50] [--workers 1,2]
  */
-import { builtService } from "./bench-support.js"
+import { printCpuByWorkers, startService, treeCpuMs, workersArg } from "./bench-support.js"
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
 import { Effect, Layer } from "effect"
@@ -40,6 +43,8 @@ interface Result {
   readonly rps: number
   readonly p50: number
   readonly p99: number
+  /** Service CPU per request (ms), every process of it; undefined for the reference servers. */
+  readonly cpuMsPerRequest: number | undefined
 }
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
@@ -54,13 +59,19 @@ const once = (url: URL, headers: Record<string, string>) =>
     req.end()
   })
 
-const load = async (name: string, url: string, headersFor: (i: number) => Record<string, string>): Promise<Result> => {
+const load = async (
+  name: string,
+  url: string,
+  headersFor: (i: number) => Record<string, string>,
+  cpuMs?: () => number
+): Promise<Result> => {
   const target = new URL(url)
   // Warm-up: connections, JIT, caches.
   await Promise.all(Array.from({ length: CONCURRENCY }, (_, i) => once(target, headersFor(i)).catch(() => 0)))
   const latencies: Array<number> = []
   let errors = 0
   let n = 0
+  const cpu0 = cpuMs?.()
   const deadline = performance.now() + SECONDS * 1000
   await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
     while (performance.now() < deadline) {
@@ -75,9 +86,10 @@ const load = async (name: string, url: string, headersFor: (i: number) => Record
       latencies.push(performance.now() - t0)
     }
   }))
+  const cpuMsPerRequest = cpu0 === undefined ? undefined : (cpuMs!() - cpu0) / Math.max(1, latencies.length)
   latencies.sort((a, b) => a - b)
   const q = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? 0
-  return { name, requests: latencies.length, errors, rps: latencies.length / SECONDS, p50: q(0.5), p99: q(0.99) }
+  return { name, requests: latencies.length, errors, rps: latencies.length / SECONDS, p50: q(0.5), p99: q(0.99), cpuMsPerRequest }
 }
 
 const waitFor = async (url: string, ms = 60_000) => {
@@ -141,39 +153,47 @@ const main = async () => {
     stdio: ["ignore", "ignore", "inherit"]
   })
 
-  const port = await freePort()
-  // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during the run.
-  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
-  const service = spawn(process.execPath, [...nodeArgs, builtService()], {
-    env: { ...process.env, ...env, PORT: String(port), SMTP_PORT: String(await freePort()) },
-    stdio: ["ignore", "ignore", "inherit"]
-  })
+  const services: Array<{ stop: () => Promise<void> }> = []
   try {
     await waitFor(`http://127.0.0.1:${barePort}/`)
     await waitFor(`http://127.0.0.1:${helloPort}/hello`)
-    await waitFor(`http://127.0.0.1:${port}/v1/health`)
-    const base = `http://127.0.0.1:${port}`
     const results = [
       await load("bare node:http", `http://127.0.0.1:${barePort}/`, () => ({})),
-      await load("Effect HttpApi hello-world", `http://127.0.0.1:${helloPort}/hello`, () => ({})),
-      await load("GET /v1/health", `${base}/v1/health`, () => ({})),
-      await load("GET /v1/account (auth+limit+query)", `${base}/v1/account`, (i) => ({
-        authorization: `Bearer ${keys[i % keys.length]}`
-      }))
+      await load("Effect HttpApi hello-world", `http://127.0.0.1:${helloPort}/hello`, () => ({}))
     ]
+    const byWorkers: Array<{ workers: number; health: Result; account: Result }> = []
+    for (const workers of workersArg()) {
+      // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during the run.
+      const service = await startService(env, { workers })
+      services.push(service)
+      const base = service.baseUrl
+      const tag = workersArg().length > 1 ? ` W=${workers}` : ""
+      const health = await load(`GET /v1/health${tag}`, `${base}/v1/health`, () => ({}), service.cpuMs)
+      const account = await load(`GET /v1/account (auth+limit+query)${tag}`, `${base}/v1/account`, (i) => ({
+        authorization: `Bearer ${keys[i % keys.length]}`
+      }), service.cpuMs)
+      results.push(health, account)
+      byWorkers.push({ workers, health, account })
+      await service.stop()
+      services.pop()
+    }
     const database = env.DATABASE_URL ? "PostgreSQL" : "embedded PGlite"
     console.log(`\nbench-api: ${SECONDS} s per target, ${CONCURRENCY} concurrent keep-alive clients, ${database}\n`)
-    console.log("target                                   req/s     p50 ms   p99 ms   errors")
+    console.log("target                                        req/s     p50 ms   p99 ms   errors  CPU ms/req")
     for (const r of results) {
       console.log(
-        `${r.name.padEnd(40)} ${r.rps.toFixed(0).padStart(7)} ${r.p50.toFixed(2).padStart(9)} ${r.p99.toFixed(2).padStart(8)} ${String(r.errors).padStart(8)}`
+        `${r.name.padEnd(45)} ${r.rps.toFixed(0).padStart(7)} ${r.p50.toFixed(2).padStart(9)} ${r.p99.toFixed(2).padStart(8)} ${String(r.errors).padStart(8)}` +
+          `${r.cpuMsPerRequest === undefined ? "" : r.cpuMsPerRequest.toFixed(3).padStart(12)}`
       )
     }
-    const [b, e, h, a] = results as [Result, Result, Result, Result]
+    const [b, e] = results as [Result, Result]
+    const { account: a, health: h } = byWorkers[0]!
     console.log(`\nratios (req/s): account/hello-world ${(a.rps / e.rps).toFixed(2)} (target >= 0.5), health/hello-world ${(h.rps / e.rps).toFixed(2)}, account/health ${(a.rps / h.rps).toFixed(2)}, hello-world/bare ${(e.rps / b.rps).toFixed(2)}`)
     console.log(`ratios (p50): account/hello-world ${(a.p50 / e.p50).toFixed(2)}, health/hello-world ${(h.p50 / e.p50).toFixed(2)}; (p99): account/hello-world ${(a.p99 / e.p99).toFixed(2)}`)
+    printCpuByWorkers("authenticated read", byWorkers.map((w) => ({ workers: w.workers, cpuMsPerOp: w.account.cpuMsPerRequest!, rate: w.account.rps })))
+    printCpuByWorkers("health check", byWorkers.map((w) => ({ workers: w.workers, cpuMsPerOp: w.health.cpuMsPerRequest!, rate: w.health.rps })))
   } finally {
-    service.kill("SIGTERM")
+    for (const s of services) await s.stop()
     bareChild.kill("SIGTERM")
     helloChild.kill("SIGTERM")
     agent.destroy()

@@ -20,6 +20,7 @@ import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { AppConfig } from "./Config.js"
 import { databaseTemplatePath } from "./DatabaseTemplate.js"
+import { workerRole } from "./Workers.js"
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL("../../migrations", import.meta.url))
 
@@ -161,8 +162,19 @@ export const layerPglite = (dataDir: string | undefined) =>
     })
   }))
 
-export const layerServer = (url: Redacted.Redacted<string>) =>
-  PgClient.layer({ url, maxConnections: 20, applicationName: "mailroom", connectTimeout: "5 seconds" })
+/** Fewest pooled connections a process gets, however many share `DATABASE_POOL_SIZE`. */
+const MIN_POOL_PER_PROCESS = 2
+
+/**
+ * This process's share of `DATABASE_POOL_SIZE` when `processes` serve the service (Workers.ts): the
+ * total divided evenly, at least MIN_POOL_PER_PROCESS. Each process also holds one LISTEN connection
+ * outside its pool.
+ */
+export const poolSizeOf = (total: number, processes: number) =>
+  Math.max(Math.min(total, MIN_POOL_PER_PROCESS), Math.floor(total / Math.max(1, processes)))
+
+export const layerServer = (url: Redacted.Redacted<string>, maxConnections: number) =>
+  PgClient.layer({ url, maxConnections, applicationName: "mailroom", connectTimeout: "5 seconds" })
 
 /** True when the SqlClient is the embedded single-connection PGlite. */
 export class DatabaseKind extends Effect.Tag("mailroom/DatabaseKind")<DatabaseKind, { readonly embedded: boolean }>() {}
@@ -172,7 +184,8 @@ export const DatabaseLive = Layer.unwrapEffect(Effect.gen(function*() {
   const config = yield* AppConfig
   const client = Option.match(config.databaseUrl, {
     onNone: () => layerPglite(join(config.dataDir, "pglite")),
-    onSome: layerServer
+    // A worker pools its share; a lone process (or the admin command) the whole of it.
+    onSome: (url) => layerServer(url, poolSizeOf(config.databasePoolSize, workerRole()?.count ?? 1))
   })
   const kind = Layer.succeed(DatabaseKind, { embedded: Option.isNone(config.databaseUrl) })
   return Layer.effectDiscard(migrate()).pipe(Layer.provideMerge(client), Layer.merge(kind))

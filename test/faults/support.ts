@@ -89,7 +89,8 @@ export const startService = async (env: Record<string, string>, ports?: { port: 
   })
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
   const baseUrl = `http://127.0.0.1:${port}`
-  const until = Date.now() + 60_000
+  // A primary starts its workers one after another (Workers.ts): on a busy machine that takes a while.
+  const until = Date.now() + (Number(env.WORKERS ?? "1") > 1 ? 180_000 : 60_000)
   let dead = false
   void exited.then(() => {
     dead = true

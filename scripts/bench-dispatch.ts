@@ -4,18 +4,20 @@
  * 100 deliveries/s, then the sustained deliveries/s draining a backlog, and the commits per
  * delivery attempt (pg_stat_database.xact_commit). PostgreSQL only (DATABASE_URL).
  *
- *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-dispatch.ts [--seconds 10] [--backlog 5000]
+ * The service CPU is that of its whole process tree; `--workers 1,2` runs the measurement at each
+ * count in turn and compares CPU per delivery.
+ *
+ *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-dispatch.ts [--seconds 10] [--backlog 5000] [--workers 1,2]
  */
 import { createServer } from "node:http"
 import { cpus, loadavg } from "node:os"
 import pg from "pg"
-import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
+import { arg, percentile, printCpuByWorkers, provision, scratch, startService, workersArg } from "./bench-support.js"
 
 const SECONDS = arg("seconds", 10)
 const BACKLOG = arg("backlog", 5000)
 
-const main = async () => {
-  if (!process.env.DATABASE_URL) throw new Error("set DATABASE_URL: the dispatch benchmark runs on PostgreSQL")
+const run = async (workers: number) => {
   const db = await scratch("dispatch")
   const [org] = await provision(db.env, 1)
   const lat: Array<number> = []
@@ -35,7 +37,7 @@ const main = async () => {
   await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", () => r()))
   const address = receiver.address()
   const port = typeof address === "object" && address !== null ? address.port : 0
-  const service = await startService(db.env)
+  const service = await startService(db.env, { workers })
   const client = new pg.Client({ connectionString: db.adminUrl })
   await client.connect()
   try {
@@ -89,19 +91,27 @@ const main = async () => {
     while (received < BACKLOG && Date.now() - t0 < 300_000) await new Promise((r) => setTimeout(r, 20))
     const drainS = (Date.now() - t0) / 1000
     const cpuPer = (service.cpuMs() - cpu0) / Math.max(1, received)
-    console.log(`\nbench-dispatch: receiver answers in 20 ms, PostgreSQL`)
+    console.log(`\nbench-dispatch: receiver answers in 20 ms, PostgreSQL, WORKERS=${workers}`)
     console.log(`steady 100/s for ${SECONDS} s: enqueue→first attempt p50 ${percentile(steady, 0.5)} ms, p99 ${percentile(steady, 0.99)} ms (targets ≤ 20, ≤ 100)`)
     console.log(`commits per delivery attempt: ${((c1 - c0 - sent / 10 * 2) / Math.max(1, sent)).toFixed(2)} (target ≤ 2; the benchmark's own inserts excluded)`)
     console.log(`backlog of ${BACKLOG}: ${received} delivered in ${drainS.toFixed(1)} s → ${(received / drainS).toFixed(0)} deliveries/s (target ≥ 1000)`)
-    console.log(`service CPU per delivery while draining: ${cpuPer.toFixed(2)} ms (1000/s needs under 1 ms of one core)`)
+    console.log(`service CPU per delivery while draining: ${cpuPer.toFixed(2)} ms, every process of the service (1000/s needs under 1 ms of one core)`)
     console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(" ")} on ${cpus().length} cores (figures mean little on a busy machine)`)
-    console.log(`service RSS ${(service.rssKb() / 1024).toFixed(0)} MB, peak ${(service.peakRssKb() / 1024).toFixed(0)} MB`)
+    console.log(`service RSS ${(service.rssKb() / 1024).toFixed(0)} MB, peak ${(service.peakRssKb() / 1024).toFixed(0)} MB${workers > 1 ? " (the primary's)" : ""}`)
+    return { workers, cpuMsPerOp: cpuPer, rate: received / drainS }
   } finally {
     await client.end()
     await service.stop()
     receiver.close()
     await db.cleanup()
   }
+}
+
+const main = async () => {
+  if (!process.env.DATABASE_URL) throw new Error("set DATABASE_URL: the dispatch benchmark runs on PostgreSQL")
+  const rows = []
+  for (const workers of workersArg()) rows.push(await run(workers))
+  printCpuByWorkers("delivery", rows)
 }
 
 main().catch((e) => {

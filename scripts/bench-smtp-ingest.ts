@@ -4,10 +4,13 @@
  * end-of-DATA → 250, the commits per accepted email (pg_stat_database.xact_commit, PostgreSQL
  * only) and the service's RSS. No endpoint is configured, so this measures ingestion alone.
  *
- *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-smtp-ingest.ts [--seconds 15] [--sessions 50]
+ * The service CPU is that of its whole process tree; `--workers 1,2` runs the measurement at each
+ * count in turn and compares CPU per accepted email.
+ *
+ *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-smtp-ingest.ts [--seconds 15] [--sessions 50] [--workers 1,2]
  */
 import pg from "pg"
-import { arg, budgetMark, cpuMsOf, message, percentile, printBudget, provision, RawSmtp, scratch, startService } from "./bench-support.js"
+import { arg, budgetMark, cpuMsOf, message, percentile, printBudget, printCpuByWorkers, provision, RawSmtp, scratch, startService, workersArg } from "./bench-support.js"
 import { loadavg } from "node:os"
 
 const SECONDS = arg("seconds", 15)
@@ -32,10 +35,10 @@ const backendsCpuMs = async (url: string | undefined) => {
   return new Map(r.rows.map((row: { pid: number }) => [row.pid, cpuMsOf(row.pid)]))
 }
 
-const main = async () => {
+const run = async (workers: number) => {
   const db = await scratch("ingest")
   const [org] = await provision(db.env, 1)
-  const service = await startService(db.env)
+  const service = await startService(db.env, { workers })
   try {
     // Warm-up: JIT, pools, prepared plans.
     const warm = await RawSmtp.open(service.smtpPort)
@@ -44,7 +47,7 @@ const main = async () => {
 
     const mark = await budgetMark(service)
     const before = await commits(db.adminUrl)
-    const cpuBefore = cpuMsOf(service.child.pid)
+    const cpuBefore = service.cpuMs()
     const pgBefore = await backendsCpuMs(db.adminUrl)
     const latencies: Array<number> = []
     let refused = 0
@@ -62,30 +65,37 @@ const main = async () => {
       c.close()
     }))
     const elapsed = (performance.now() - started) / 1000
-    const cpuUsed = cpuMsOf(service.child.pid) - cpuBefore
+    const cpuUsed = service.cpuMs() - cpuBefore
     const pgAfter = await backendsCpuMs(db.adminUrl)
     const after = await commits(db.adminUrl)
     latencies.sort((a, b) => a - b)
     const rate = latencies.length / elapsed
-    console.log(`\nbench-smtp-ingest: ${SESSIONS} sessions, 10 KB messages, ${elapsed.toFixed(1)} s, ${db.adminUrl ? "PostgreSQL" : "embedded PGlite"}`)
+    console.log(`\nbench-smtp-ingest: ${SESSIONS} sessions, 10 KB messages, ${elapsed.toFixed(1)} s, ${db.adminUrl ? "PostgreSQL" : "embedded PGlite"}, WORKERS=${workers}`)
     console.log(`accepted ${latencies.length} (refused ${refused}) → ${rate.toFixed(0)} msgs/s (target ≥ 500: ${(rate / 500).toFixed(2)}×)`)
     console.log(`end-of-DATA → 250: p50 ${percentile(latencies, 0.5).toFixed(1)} ms, p99 ${percentile(latencies, 0.99).toFixed(1)} ms, max ${percentile(latencies, 1).toFixed(1)} ms`)
     if (before !== undefined && after !== undefined) {
       console.log(`commits per accepted email: ${((after - before) / Math.max(1, latencies.length)).toFixed(2)} (target ≤ 4)`)
     }
-    console.log(`service CPU ${(cpuUsed / Math.max(1, latencies.length)).toFixed(2)} ms per accepted email (${(cpuUsed / 10 / elapsed).toFixed(0)}% of one core)`)
+    console.log(`service CPU ${(cpuUsed / Math.max(1, latencies.length)).toFixed(2)} ms per accepted email (${(cpuUsed / 10 / elapsed).toFixed(0)}% of one core; every process of the service)`)
     if (pgBefore !== undefined && pgAfter !== undefined) {
       // Connections opened during the run count from zero.
       const used = [...pgAfter].reduce((n, [pid, ms]) => n + ms - (pgBefore.get(pid) ?? 0), 0)
       console.log(`PostgreSQL backends CPU ${(used / Math.max(1, latencies.length)).toFixed(2)} ms per accepted email`)
     }
-    console.log(`service RSS ${(service.rssKb() / 1024).toFixed(0)} MB, peak ${(service.peakRssKb() / 1024).toFixed(0)} MB (target ≤ 512 MB)`)
+    console.log(`service RSS ${(service.rssKb() / 1024).toFixed(0)} MB, peak ${(service.peakRssKb() / 1024).toFixed(0)} MB (target ≤ 512 MB${workers > 1 ? "; the primary's" : ""})`)
     await printBudget(service, mark, "accepted email", latencies.length)
     console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(" ")}`)
+    return { workers, cpuMsPerOp: cpuUsed / Math.max(1, latencies.length), rate }
   } finally {
     await service.stop()
     await db.cleanup()
   }
+}
+
+const main = async () => {
+  const rows = []
+  for (const workers of workersArg()) rows.push(await run(workers))
+  printCpuByWorkers("accepted email", rows)
 }
 
 main().catch((e) => {

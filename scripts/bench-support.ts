@@ -6,9 +6,9 @@
 import { Effect, Layer } from "effect"
 import { execFileSync, spawn, type ChildProcess } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { connect, type Socket } from "node:net"
-import { tmpdir } from "node:os"
+import { cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import { randomBytes } from "node:crypto"
 import pg from "pg"
@@ -38,7 +38,8 @@ export const scratch = async (label: string): Promise<Scratch> => {
   const dataDir = mkdtempSync(join(tmpdir(), `mailroom-${label}-`))
   const env: Record<string, string> = {
     DATA_DIR: dataDir,
-    LOG_LEVEL: "none",
+    // BENCH_LOG_LEVEL=warning shows the service's warnings and errors during a run.
+    LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? "none",
     DNS_SERVER: "127.0.0.1:9",
     WEBHOOK_ALLOW_PRIVATE_URLS: "true",
     // Several service processes may share this database: they share the master key too.
@@ -101,7 +102,11 @@ export interface Service {
   readonly smtpPort: number
   readonly rssKb: () => number
   readonly peakRssKb: () => number
-  /** CPU time (user + system) the service has used, in ms: a figure less bent by a busy machine. */
+  readonly workers: number
+  /**
+   * CPU time (user + system) the service has used, in ms, every process of it counted (primary,
+   * workers, workerd): a figure less bent by a busy machine.
+   */
   readonly cpuMs: () => number
   /** The service's database counters as of its next stats write (SqlCounters.ts; the stats file is rewritten every second). */
   readonly sqlStats: () => Promise<SqlSnapshot>
@@ -120,26 +125,92 @@ export const builtService = () => {
   return built
 }
 
-/** CPU time (user + system) a process has used so far, in ms, from /proc/<pid>/stat; 0 once it is gone. */
-export const cpuMsOf = (pid: number | undefined) => {
+/** utime + stime and the parent pid of a process, from /proc/<pid>/stat; undefined once it is gone. */
+const statOf = (pid: number | string | undefined) => {
   try {
-    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th, in 10 ms ticks.
+    // Fields after the command name (which may hold spaces): ppid is the 2nd, utime and stime the 12th and 13th, in 10 ms ticks.
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
     const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return (Number(f[11]) + Number(f[12])) * 10
+    return { ppid: Number(f[1]), cpuMs: (Number(f[11]) + Number(f[12])) * 10 }
   } catch {
-    return 0
+    return undefined
   }
 }
 
-export const startService = async (env: Record<string, string>): Promise<Service> => {
+/** CPU time (user + system) a process has used so far, in ms, from /proc/<pid>/stat; 0 once it is gone. */
+export const cpuMsOf = (pid: number | undefined) => statOf(pid)?.cpuMs ?? 0
+
+/**
+ * CPU time (user + system) of a process and every process below it (a primary's workers, the
+ * functions' workerd), in ms. A descendant that exits mid-run takes its share with it, so runs that
+ * compare figures keep their processes alive.
+ */
+export const treeCpuMs = (root: number | undefined) => {
+  if (root === undefined) return 0
+  const children = new Map<number, Array<number>>()
+  const cpu = new Map<number, number>()
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue
+    const s = statOf(name)
+    if (s === undefined) continue
+    cpu.set(Number(name), s.cpuMs)
+    children.set(s.ppid, [...(children.get(s.ppid) ?? []), Number(name)])
+  }
+  let total = 0
+  const todo = [root]
+  while (todo.length > 0) {
+    const pid = todo.pop()!
+    total += cpu.get(pid) ?? 0
+    todo.push(...(children.get(pid) ?? []))
+  }
+  return total
+}
+
+/** Processes in the tree below `root` (itself included). */
+export const treeSize = (root: number | undefined) => {
+  if (root === undefined) return 0
+  const parents = new Map<number, number>()
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue
+    const s = statOf(name)
+    if (s !== undefined) parents.set(Number(name), s.ppid)
+  }
+  const inTree = (pid: number): boolean => pid === root || (parents.has(pid) && pid !== 1 && inTree(parents.get(pid)!))
+  return [...parents.keys()].filter(inTree).length
+}
+
+/**
+ * `--workers N` (default `WORKERS`, else 1): service processes of a run; `--workers 1,2` runs the
+ * measurement once at each count, so CPU per operation compares in the same few minutes.
+ */
+export const workersArg = (): ReadonlyArray<number> => {
+  const i = process.argv.indexOf("--workers")
+  const raw = i > 0 ? process.argv[i + 1]! : (process.env.WORKERS ?? "1")
+  const counts = raw.split(",").map((n) => Number(n.trim()))
+  if (counts.length === 0 || counts.some((n) => !Number.isInteger(n) || n < 1)) throw new Error(`--workers: a count or a list of counts, got ${raw}`)
+  return counts
+}
+
+/** One line per worker count: CPU per operation of the whole service tree, and the ratio to the first count. */
+export const printCpuByWorkers = (what: string, rows: ReadonlyArray<{ readonly workers: number; readonly cpuMsPerOp: number; readonly rate: number }>) => {
+  if (rows.length < 2) return
+  const first = rows[0]!
+  console.log(`\nservice CPU per ${what}, whole process tree (primary + workers):`)
+  for (const r of rows) {
+    console.log(`  WORKERS=${r.workers}: ${r.cpuMsPerOp.toFixed(2)} ms per ${what} at ${r.rate.toFixed(0)}/s` +
+      (r === first ? "" : ` (${(r.cpuMsPerOp / Math.max(1e-9, first.cpuMsPerOp)).toFixed(2)}× WORKERS=${first.workers}; ${(r.rate / Math.max(1e-9, first.rate)).toFixed(2)}× the rate)`))
+  }
+  console.log(`  load average ${loadavg().map((l) => l.toFixed(1)).join(" ")} on ${cpus().length} cores`)
+}
+
+export const startService = async (env: Record<string, string>, options: { readonly workers?: number } = {}): Promise<Service> => {
   const port = await freePort()
   const smtpPort = await freePort()
   // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during a run.
   const extra = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
-  // One service process unless the run asks for more (WORKERS=2 …), so figures compare across runs
-  // and with the single-process references.
-  const workers = env.WORKERS ?? process.env.WORKERS ?? "1"
+  // One service process unless the run asks for more (--workers 2, WORKERS=2 …), so figures compare
+  // across runs and with the single-process references.
+  const workers = String(options.workers ?? env.WORKERS ?? process.env.WORKERS ?? "1")
   // The stats file carries the database counters every benchmark prints per operation (`printBudget`).
   const statsFile = env.MAILROOM_STATS_FILE ?? join(tmpdir(), `mailroom-bench-stats-${process.pid}-${port}.json`)
   const child = spawn(process.execPath, [...extra, builtService()], {
@@ -159,6 +230,12 @@ export const startService = async (env: Record<string, string>): Promise<Service
     }
     await new Promise((r) => setTimeout(r, 200))
   }
+  // Every worker up (the primary starts the others once the first listens), so none starts mid-run.
+  if (Number(workers) > 1) {
+    while (treeSize(child.pid) < Number(workers) + 1 && Date.now() < until) await new Promise((r) => setTimeout(r, 200))
+    // A forked worker listens once its service is up: a few seconds on a busy machine.
+    await new Promise((r) => setTimeout(r, 5000))
+  }
   const status = (field: string) => {
     try {
       const line = readFileSync(`/proc/${child.pid}/status`, "utf8").split("\n").find((l) => l.startsWith(field))
@@ -173,13 +250,15 @@ export const startService = async (env: Record<string, string>): Promise<Service
     smtpPort,
     rssKb: () => status("VmRSS:"),
     peakRssKb: () => status("VmHWM:"),
-    cpuMs: () => cpuMsOf(child.pid),
+    workers: Number(workers),
+    cpuMs: () => treeCpuMs(child.pid),
     sqlStats: () => freshSqlStats(statsFile),
     stop: () =>
       new Promise((resolve) => {
         child.once("exit", () => resolve())
         child.kill("SIGTERM")
-        setTimeout(() => child.kill("SIGKILL"), 5000)
+        // Long enough for a profiled service (BENCH_NODE_ARGS) to write its profile on a busy machine.
+        setTimeout(() => child.kill("SIGKILL"), 30_000)
       })
   }
 }

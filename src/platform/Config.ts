@@ -39,6 +39,11 @@ export interface AppConfigShape {
    * The embedded database belongs to one process, so without DATABASE_URL one runs whatever is set.
    */
   readonly workers: number
+  /**
+   * `DATABASE_POOL_SIZE`: PostgreSQL connections the whole service may pool, divided among its
+   * processes (Database.ts `poolSizeOf`), so adding workers does not multiply the connections.
+   */
+  readonly databasePoolSize: number
   /** How long stopping (SIGTERM, SIGINT) may take: draining deliveries, closing listeners and the database. */
   readonly shutdownTimeout: Duration.Duration
   /** Wall clock of one function invocation, enforced by killing its process. */
@@ -151,6 +156,9 @@ const bool = (name: string, fallback: boolean) =>
 /** See `maxInflightRequests`; sized in the API benchmarks (README). */
 export const DEFAULT_MAX_INFLIGHT_REQUESTS = 128
 
+/** See `databasePoolSize`: what one process pooled before there were several, now shared by all of them. */
+export const DEFAULT_DATABASE_POOL_SIZE = 20
+
 export const appConfig: Config.Config<AppConfigShape> = Config.all({
   port: port("PORT", 3000),
   host: Config.string("HOST").pipe(Config.withDefault("127.0.0.1")),
@@ -203,6 +211,14 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
       n >= 1 && n <= 1024
         ? Either.right(n)
         : Either.left(ConfigError.InvalidData(["WORKERS"], `must be an integer from 1 to 1024, got ${n}`))
+    )
+  ),
+  databasePoolSize: Config.integer("DATABASE_POOL_SIZE").pipe(
+    Config.withDefault(DEFAULT_DATABASE_POOL_SIZE),
+    Config.mapOrFail((n) =>
+      n >= 1 && n <= 10_000
+        ? Either.right(n)
+        : Either.left(ConfigError.InvalidData(["DATABASE_POOL_SIZE"], `must be an integer from 1 to 10000, got ${n}`))
     )
   ),
   shutdownTimeout: duration("SHUTDOWN_TIMEOUT", "10s"),

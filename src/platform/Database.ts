@@ -23,6 +23,7 @@ import type pg from "pg"
 import { AppConfig } from "./Config.js"
 import { databaseTemplatePath } from "./DatabaseTemplate.js"
 import { CountingPool } from "./SqlCounters.js"
+import { workerRole } from "./Workers.js"
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL("../../migrations", import.meta.url))
 
@@ -156,8 +157,19 @@ export const layerPglite = (dataDir: string | undefined) =>
     return countedPgLayer({ host: host!, port: Number(port), user: "postgres", password: "postgres", database: "postgres", max: 1 })
   }))
 
-export const layerServer = (url: Redacted.Redacted<string>) =>
-  countedPgLayer({ connectionString: Redacted.value(url), max: 20, connectionTimeoutMillis: 5_000 })
+/** Fewest pooled connections a process gets, however many share `DATABASE_POOL_SIZE`. */
+const MIN_POOL_PER_PROCESS = 2
+
+/**
+ * This process's share of `DATABASE_POOL_SIZE` when `processes` serve the service (Workers.ts): the
+ * total divided evenly, at least MIN_POOL_PER_PROCESS. Each process also holds one LISTEN connection
+ * outside its pool.
+ */
+export const poolSizeOf = (total: number, processes: number) =>
+  Math.max(Math.min(total, MIN_POOL_PER_PROCESS), Math.floor(total / Math.max(1, processes)))
+
+export const layerServer = (url: Redacted.Redacted<string>, maxConnections: number) =>
+  countedPgLayer({ connectionString: Redacted.value(url), max: maxConnections, connectionTimeoutMillis: 5_000 })
 
 /**
  * @effect/sql-pg over a pool whose clients count their round trips (SqlCounters.ts), checked with
@@ -199,7 +211,8 @@ export const DatabaseLive = Layer.unwrapEffect(Effect.gen(function*() {
   const config = yield* AppConfig
   const client = Option.match(config.databaseUrl, {
     onNone: () => layerPglite(join(config.dataDir, "pglite")),
-    onSome: layerServer
+    // A worker pools its share; a lone process (or the admin command) the whole of it.
+    onSome: (url) => layerServer(url, poolSizeOf(config.databasePoolSize, workerRole()?.count ?? 1))
   })
   const kind = Layer.succeed(DatabaseKind, { embedded: Option.isNone(config.databaseUrl) })
   return Layer.effectDiscard(migrate()).pipe(Layer.provideMerge(client), Layer.merge(kind))

@@ -119,12 +119,11 @@ export const runJobs = <Item, R>(job: JobDeclaration<Item, R>): Effect.Effect<vo
         }
         return items.length
       }))
-      if (claimed === 0) {
+      if (claimed < limit) {
+        // Fewer due items than asked for: the backlog is empty for now. A wake-up, the next due time
+        // or the poll brings the next look (items due at a steady rate are taken when due, not a poll later).
         const dueIn = job.nextDueIn === undefined ? null : yield* job.nextDueIn.pipe(Effect.orElseSucceed(() => null))
         yield* waitForWork(Math.min(dueIn ?? idleMs, idleMs))
-      } else if (claimed < limit) {
-        // Fewer due items than asked for: the backlog is empty for now. A wake-up (or the poll) brings the next look.
-        yield* waitForWork(idleMs)
       }
     })
 

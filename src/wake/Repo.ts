@@ -136,6 +136,13 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
            ORDER BY next_run_at LIMIT ${limit} FOR UPDATE SKIP LOCKED)
         RETURNING *`.pipe(allRows(WakeRow, "due wakes"), Effect.orDie)
 
+    /** The earliest due time still ahead of `now` (index range on wakes_due); null when none is. */
+    const nextDue = (now: Date) =>
+      Effect.map(
+        sql<{ at: Date | null }>`SELECT min(next_run_at) AS at FROM wakes WHERE status = 'scheduled' AND next_run_at > ${now}`,
+        (rows) => rows[0]?.at ?? null
+      ).pipe(Effect.orDie)
+
     /** Records a scheduled firing and sets the next (or completes the wake), if this process still holds it. */
     const fired = (id: string, token: string, firedAt: Date, next: Date | undefined) =>
       sql`UPDATE wakes SET run_count = run_count + 1, last_run_at = ${firedAt}, next_run_at = ${next ?? null},
@@ -214,7 +221,7 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
         (rows) => rows[0]!
       ).pipe(Effect.orDie)
 
-    return { threadExists, watchesOf, silenceBroken, watchAnswered, insert, find, list, cancel, claimDue, fired, release, abandon, ranNow, allowlist, setAllowlist } as const
+    return { threadExists, watchesOf, silenceBroken, watchAnswered, insert, find, list, cancel, claimDue, nextDue, fired, release, abandon, ranNow, allowlist, setAllowlist } as const
   })
 }) {}
 

@@ -61,6 +61,13 @@ export const WakeSchedulerLive = (options: WakeSchedulerOptions = {}) =>
           const wakes = yield* repo.claimDue(yield* now, token, limit)
           return wakes.map((wake) => ({ wake, token }))
         }),
+      // Idle until the next due time rather than the next poll: a wake fires when due, not up to
+      // a poll interval later (wakes due meanwhile, or whose lease ran out, come with the poll).
+      nextDueIn: Effect.gen(function*() {
+        const at = yield* now
+        const next = yield* repo.nextDue(at)
+        return next === null ? null : Math.max(0, next.getTime() - at.getTime())
+      }),
       // A defect in one firing (a database hiccup) leaves its lease to expire; it is retried then.
       run: ({ token, wake }) => fireOne(wake, token)
     })

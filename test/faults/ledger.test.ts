@@ -10,6 +10,9 @@
  * comes only from an attempt in flight at the kill, sent again within lease + 10 s of it (never from
  * the database cut: an attempt made then is recorded once the database returns); deliveries resume
  * within 30 s of the database returning, without restarting anything, and no process died of the cut.
+ * With FAULTS_WORKERS=2 each of the two services is a primary with two workers, and at the kill one
+ * service's primary (its workers go with it) and a worker of the other (its primary starts it again)
+ * are killed at the same moment.
  *
  * Embedded PGlite belongs to one process, so there the variant is one in-process service whose
  * database (PGlite on a socket) is cut and restored the same way; no kill.
@@ -34,7 +37,9 @@ import { fetchReply } from "../support/http.js"
 import {
   baseEnv,
   createOrg,
+  faultWorkers,
   kill9,
+  kill9Worker,
   localCluster,
   type ReceivedHit,
   scaled,
@@ -43,7 +48,9 @@ import {
   sleep,
   startProxy,
   startReceiver,
-  startService
+  startService,
+  workerPids,
+  workersBack
 } from "./support.js"
 
 const TIMEOUT = "2s"
@@ -145,12 +152,16 @@ const checkLedger = async (
 }
 
 const realPostgres = (process.env.DATABASE_URL ?? "") !== ""
+const WORKERS = faultWorkers()
 
 describe("delivery ledger", () => {
   if (realPostgres) {
     const cluster = localCluster(process.env.DATABASE_URL!)
     const outage = cluster !== undefined ? "PostgreSQL server restart" : "database cut"
-    it(`${scaled(10_000, 2000)} deliveries, two worker processes, kill -9 of one, a ${outage} (5 s down): every delivery accounted for`, async () => {
+    const shape = WORKERS > 1
+      ? `two services of ${WORKERS} workers, kill -9 of one's primary and of a worker of the other`
+      : "two worker processes, kill -9 of one"
+    it(`${scaled(10_000, 2000)} deliveries, ${shape}, a ${outage} (5 s down): every delivery accounted for`, async () => {
       const n = scaled(10_000, 2000)
       const db = await scratchDb()
       const dbUrl = new URL(db.url!)
@@ -184,7 +195,8 @@ describe("delivery ledger", () => {
         await waitHits(receiver.hits, Math.floor(n * (0.1 + Math.random() * 0.2)))
         const victim = Math.random() < 0.5 ? 0 : 1
         const killAt = Date.now()
-        await kill9(procs[victim]!)
+        const survivor = procs[1 - victim]!
+        await Promise.all([kill9(procs[victim]!), WORKERS > 1 ? kill9Worker(survivor, Math.floor(Math.random() * WORKERS)) : undefined])
         // Restarted at once, as a supervisor would; a start that meets the database cut exits and is retried.
         const restart = (async () => {
           for (let attempt = 1; ; attempt++) {
@@ -217,11 +229,13 @@ describe("delivery ledger", () => {
         const seconds = (Date.now() - started) / 1000
         // The cut is survived in place: neither process exited (the victim's restart included).
         for (const p of procs) expect(p?.child.exitCode, p?.stderr()).toBeNull()
+        // The survivor's primary started its killed worker again.
+        if (WORKERS > 1) expect(await workersBack(survivor, WORKERS, 5000), `${survivor.stderr()} ${workerPids(survivor.pid)}`).toBe(true)
         const figures = await checkLedger(query, receiver.hits, n, { killAt, downAt, upAt })
-        console.log(`ledger (PostgreSQL, 2 processes, ${outage}): ${n} deliveries in ${seconds.toFixed(1)} s, ${receiver.hits.length} hits; ` +
+        console.log(`ledger (PostgreSQL, ${shape}, ${outage}): ${n} deliveries in ${seconds.toFixed(1)} s, ${receiver.hits.length} hits; ` +
           `lease ${LEASE_MS} ms; killed process restarted after ${restartAttempts} start(s); ${JSON.stringify(figures)}`)
       } finally {
-        for (const p of procs) if (p !== undefined) p.child.kill("SIGKILL")
+        await Promise.all(procs.map((p) => (p === undefined ? undefined : kill9(p))))
         if (serverDown) cluster?.start()
         await direct.end()
         proxy.close()

@@ -3,6 +3,10 @@
  * burst from several concurrent connections, restarted, and the burst resumes; 24 rounds (5 with
  * FAULTS_SCALE=ci). Afterwards every message that was answered `250` has been delivered to the
  * organization's webhook, and no stored email is half-written.
+ *
+ * With FAULTS_WORKERS=2 (PostgreSQL) the service is a primary with two workers, and the kills
+ * alternate: one worker (the primary starts it again while the other keeps serving), then the
+ * primary (its workers go with it; the service is started again).
  */
 import { describe, expect, it } from "@effect/vitest"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -14,7 +18,9 @@ import { fetchReply } from "../support/http.js"
 import {
   baseEnv,
   createOrg,
+  faultWorkers,
   kill9,
+  kill9Worker,
   openDb,
   scaled,
   scratchDb,
@@ -22,11 +28,13 @@ import {
   sleep,
   startReceiver,
   startService,
-  stopGracefully
+  stopGracefully,
+  workersBack
 } from "./support.js"
 
 const CONNECTIONS = 6
-const database = process.env.DATABASE_URL ? "PostgreSQL" : "PGlite"
+const WORKERS = faultWorkers()
+const database = `${process.env.DATABASE_URL ? "PostgreSQL" : "PGlite"}${WORKERS > 1 ? `, ${WORKERS} workers` : ""}`
 
 /** One SMTP connection sending messages back to back until told to stop or the server dies. */
 const sender = async (
@@ -93,7 +101,7 @@ describe(`no lost mail (${database})`, () => {
       const accepted = new Map<string, string>()
       const attempted = { n: 0 }
       const rounds = scaled(24, 5)
-      const killDelays: Array<number> = []
+      const killDelays: Array<string> = []
       for (let round = 0; round < rounds; round++) {
         if (svc === undefined) svc = await startService(env)
         const stop = { now: false }
@@ -101,14 +109,24 @@ describe(`no lost mail (${database})`, () => {
         const senders = Array.from({ length: CONNECTIONS }, (_, c) =>
           sender(s.smtpPort, org.address, round, c, stop, accepted, attempted))
         const delay = 150 + Math.floor(Math.random() * 1500)
-        killDelays.push(delay)
         await sleep(delay)
+        if (WORKERS > 1 && round % 2 === 0) {
+          // A worker dies mid-burst; the primary starts it again and the service never stops.
+          killDelays.push(`worker@${delay}`)
+          await kill9Worker(s, round / 2)
+          stop.now = true
+          await Promise.all(senders)
+          expect(await workersBack(s, WORKERS), s.stderr()).toBe(true)
+          continue
+        }
+        killDelays.push(WORKERS > 1 ? `primary@${delay}` : String(delay))
         await kill9(s)
         stop.now = true
         await Promise.all(senders)
         svc = undefined
       }
-      svc = await startService(env)
+      // (Still running when the last round killed a worker.)
+      if (svc === undefined) svc = await startService(env)
 
       // Every accepted message reaches the receiver after the restarts.
       const deliveredSubjects = () => new Set(receiver.hits.map((h) => h.body.email?.subject ?? ""))

@@ -3,6 +3,8 @@
  * recording webhook receiver, the operator command, and the scale flag.
  *
  * `FAULTS_SCALE=ci` runs fewer rounds and deliveries (what `.ci/run` uses); unset is the full run.
+ * `FAULTS_WORKERS=2` runs each service as a primary with two workers (PostgreSQL only: the embedded
+ * database belongs to one process); unset or 1, each service is one process.
  */
 import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
@@ -16,6 +18,14 @@ import { freePort, testConfigLayer } from "../support/harness.js"
 import { openTcpProxy } from "../support/tcpProxy.js"
 
 export const ciScale = () => process.env.FAULTS_SCALE === "ci"
+
+/** Worker processes per service in this run: `FAULTS_WORKERS` on PostgreSQL, else 1. */
+export const faultWorkers = () => {
+  const n = Number(process.env.FAULTS_WORKERS ?? "1")
+  if (!Number.isInteger(n) || n < 1) throw new Error(`FAULTS_WORKERS must be a count, got ${process.env.FAULTS_WORKERS}`)
+  return (process.env.DATABASE_URL ?? "") === "" ? 1 : n
+}
+
 export const scaled = (full: number, ci: number) => (ciScale() ? ci : full)
 
 const ROOT = new URL("../../", import.meta.url).pathname
@@ -34,8 +44,9 @@ export interface ServiceProcess {
 const MASTER_KEY = randomBytes(32).toString("hex")
 
 export const baseEnv = (dataDir: string, databaseUrl: string | undefined, extra: Record<string, string> = {}) => ({
-  // One process, whose pid is the service's (kill -9, its children); test/workers.test.ts runs several.
-  WORKERS: "1",
+  // One process, whose pid is the service's, unless the run asks for workers (FAULTS_WORKERS): then
+  // the pid is the primary's, and `workerPids` names its workers.
+  WORKERS: String(databaseUrl !== undefined ? faultWorkers() : 1),
   DATA_DIR: dataDir,
   MAILROOM_SECRET_KEY: MASTER_KEY,
   WEBHOOK_ALLOW_PRIVATE_URLS: "true",
@@ -78,7 +89,8 @@ export const startService = async (env: Record<string, string>, ports?: { port: 
   })
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
   const baseUrl = `http://127.0.0.1:${port}`
-  const until = Date.now() + 60_000
+  // A primary starts its workers one after another (Workers.ts): on a busy machine that takes a while.
+  const until = Date.now() + (Number(env.WORKERS ?? "1") > 1 ? 180_000 : 60_000)
   let dead = false
   void exited.then(() => {
     dead = true
@@ -97,13 +109,82 @@ export const startService = async (env: Record<string, string>, ports?: { port: 
     }
     await sleep(100)
   }
+  const workers = Number(env.WORKERS ?? "1")
+  if (workers > 1) {
+    // Health answers once worker 1 listens; the primary starts the others then.
+    while (workerPids(child.pid!).length < workers) {
+      if (dead) throw new Error(`service exited during start-up: ${err}`)
+      if (Date.now() > until) {
+        child.kill("SIGKILL")
+        throw new Error(`service did not start its ${workers} workers: ${err}`)
+      }
+      await sleep(100)
+    }
+  }
   const service: ServiceProcess = { child, pid: child.pid!, port, smtpPort, baseUrl, exited, stderr: () => err }
   return service
 }
 
+/** Parent pid of a live process (Linux /proc); undefined once it is gone. */
+const parentOf = (pid: number) => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
+  } catch {
+    return undefined
+  }
+}
+
+/** The live worker processes of a primary (its direct children). */
+export const workerPids = (primary: number) =>
+  readdirSync("/proc").filter((n) => /^\d+$/.test(n)).map(Number).filter((pid) => parentOf(pid) === primary)
+
+const gone = async (pids: ReadonlyArray<number>, ms: number) => {
+  const until = Date.now() + ms
+  while (pids.some((p) => parentOf(p) !== undefined) && Date.now() < until) await sleep(50)
+  return pids.every((p) => parentOf(p) === undefined)
+}
+
+/**
+ * kill -9 of the service's process: the lone process, or the primary. A primary's workers lose
+ * their channel to it and exit on their own, as after a real crash of the primary; they are waited
+ * for (and killed if they linger) so that the next start meets none of them.
+ */
 export const kill9 = async (s: ServiceProcess) => {
+  const workers = workerPids(s.pid)
   s.child.kill("SIGKILL")
   await s.exited
+  if (workers.length > 0 && !(await gone(workers, 10_000))) {
+    for (const pid of workers) {
+      try {
+        process.kill(pid, "SIGKILL")
+      } catch { /* gone meanwhile */ }
+    }
+    await gone(workers, 5000)
+  }
+}
+
+/**
+ * kill -9 of one of a primary's workers (`which`: its index among them); the primary starts it again.
+ * Answers the killed pid once it is gone.
+ */
+export const kill9Worker = async (s: ServiceProcess, which = 0) => {
+  const workers = workerPids(s.pid)
+  const pid = workers[which % Math.max(1, workers.length)]
+  if (pid === undefined) throw new Error(`service ${s.pid} has no workers`)
+  process.kill(pid, "SIGKILL")
+  await gone([pid], 10_000)
+  return pid
+}
+
+/** Waits until the primary runs `count` workers again (after one was killed); false past `ms`. */
+export const workersBack = async (s: ServiceProcess, count: number, ms = 60_000) => {
+  const until = Date.now() + ms
+  while (workerPids(s.pid).length < count) {
+    if (Date.now() > until) return false
+    await sleep(100)
+  }
+  return true
 }
 
 export const stopGracefully = async (s: ServiceProcess) => {
@@ -246,10 +327,12 @@ export const provisionOrgs = (env: Record<string, string>, count: number) =>
 
 /**
  * Control of the local PostgreSQL cluster behind `databaseUrl`, when this process may use it (root,
- * Debian's pg_ctlcluster, one cluster, a loopback URL: as in CI); undefined otherwise. `stop` is
- * immediate mode: the server goes away like a crash and recovers from its WAL at `start`.
+ * Debian's pg_ctlcluster, one cluster, a loopback URL: as in CI); undefined otherwise, or when
+ * `FAULTS_SERVER_RESTART=off` (a server shared with other work, which a restart would disturb).
+ * `stop` is immediate mode: the server goes away like a crash and recovers from its WAL at `start`.
  */
 export const localCluster = (databaseUrl: string) => {
+  if (process.env.FAULTS_SERVER_RESTART === "off") return undefined
   const host = new URL(databaseUrl).hostname
   if (process.getuid?.() !== 0 || !existsSync("/usr/bin/pg_ctlcluster") || !existsSync("/etc/postgresql")) return undefined
   if (!["127.0.0.1", "localhost", "::1", "[::1]"].includes(host)) return undefined

@@ -11,7 +11,7 @@
  *
  *   npx tsx scripts/bench-api.ts [--seconds 5] [--concurrency 50]
  */
-import { builtService } from "./bench-support.js"
+import { budgetMark, builtService, cpuMsOf, freshSqlStats, printBudget } from "./bench-support.js"
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
 import { Effect, Layer } from "effect"
@@ -144,10 +144,12 @@ const main = async () => {
   const port = await freePort()
   // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during the run.
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
+  const statsFile = join(tmpdir(), `mailroom-bench-api-stats-${process.pid}.json`)
   const service = spawn(process.execPath, [...nodeArgs, builtService()], {
-    env: { ...process.env, ...env, PORT: String(port), SMTP_PORT: String(await freePort()) },
+    env: { ...process.env, ...env, PORT: String(port), SMTP_PORT: String(await freePort()), MAILROOM_STATS_FILE: statsFile },
     stdio: ["ignore", "ignore", "inherit"]
   })
+  const measured = { cpuMs: () => cpuMsOf(service.pid), sqlStats: () => freshSqlStats(statsFile) }
   try {
     await waitFor(`http://127.0.0.1:${barePort}/`)
     await waitFor(`http://127.0.0.1:${helloPort}/hello`)
@@ -156,11 +158,14 @@ const main = async () => {
     const results = [
       await load("bare node:http", `http://127.0.0.1:${barePort}/`, () => ({})),
       await load("Effect HttpApi hello-world", `http://127.0.0.1:${helloPort}/hello`, () => ({})),
-      await load("GET /v1/health", `${base}/v1/health`, () => ({})),
-      await load("GET /v1/account (auth+limit+query)", `${base}/v1/account`, (i) => ({
-        authorization: `Bearer ${keys[i % keys.length]}`
-      }))
+      await load("GET /v1/health", `${base}/v1/health`, () => ({}))
     ]
+    const mark = await budgetMark(measured)
+    results.push(await load("GET /v1/account (auth+limit+query)", `${base}/v1/account`, (i) => ({
+      authorization: `Bearer ${keys[i % keys.length]}`
+    })))
+    // The warm-up requests of `load` count too.
+    await printBudget(measured, mark, "authenticated read", results[3]!.requests + CONCURRENCY)
     const database = env.DATABASE_URL ? "PostgreSQL" : "embedded PGlite"
     console.log(`\nbench-api: ${SECONDS} s per target, ${CONCURRENCY} concurrent keep-alive clients, ${database}\n`)
     console.log("target                                   req/s     p50 ms   p99 ms   errors")

@@ -18,7 +18,7 @@ import { cpus, tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { runProcess } from "../src/functions/Process.js"
-import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
+import { arg, budgetMark, percentile, printBudget, provision, scratch, startService } from "./bench-support.js"
 
 const SEQUENTIAL = arg("sequential", 200)
 const TOTAL = arg("total", 10_000)
@@ -155,6 +155,7 @@ const main = async () => {
     const rate: Array<number> = []
     const rssAfter: Array<[number, number, string]> = []
     const batch = 1000
+    const drainMark = await budgetMark(service)
     for (let done = 0; done < TOTAL; done += batch) {
       const t0 = performance.now()
       await enqueue(batch)
@@ -165,6 +166,8 @@ const main = async () => {
       rssAfter.push([done + batch, service.rssKb(), heapMb()])
     }
     clearInterval(sampler)
+    // Each invocation here is one function delivery (the `delivery` path).
+    await printBudget(service, drainMark, "function invocation (backlog drain)", TOTAL)
     const failed = Number((await client.query(`SELECT count(*)::int AS n FROM deliveries WHERE status <> 'delivered'`)).rows[0].n)
     console.log(`backlog drain at the cap: ${rate.map((r) => r.toFixed(0)).join(", ")} invocations/s per ${batch} ` +
       `(mean ${(rate.reduce((a, b) => a + b, 0) / rate.length).toFixed(1)}; target ≥ 70); not delivered: ${failed}`)

@@ -23,7 +23,7 @@ import { generateKeyPairSync } from "node:crypto"
 import { createServer as createHttpServer } from "node:http"
 import { createServer, type Server, type Socket } from "node:net"
 import nodemailer from "nodemailer"
-import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
+import { arg, budgetMark, percentile, printBudget, provision, scratch, startService } from "./bench-support.js"
 
 const MESSAGES = arg("messages", 2000)
 const SCHEDULED = arg("scheduled", 1000)
@@ -152,6 +152,7 @@ const main = async () => {
       await post(service.baseUrl, orgOf(i).apiKey, body(orgOf(i).address, 1_000_000 + i))
     })
     const before = relay.count()
+    const mark = await budgetMark(service)
     const cpu0 = service.cpuMs()
     let t0 = performance.now()
     const latencies: Array<number> = []
@@ -164,6 +165,7 @@ const main = async () => {
     const apiSeconds = (performance.now() - t0) / 1000
     const cpuPerSend = (service.cpuMs() - cpu0) / MESSAGES
     if (relay.count() - before !== MESSAGES) throw new Error(`relay counted ${relay.count() - before} of ${MESSAGES}`)
+    await printBudget(service, mark, "send", MESSAGES)
     const apiRate = MESSAGES / apiSeconds
 
     const direct = async (dkim: boolean) => {

@@ -12,7 +12,7 @@
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-wake.ts [--wakes 10000] [--orgs 20]
  */
 import pg from "pg"
-import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
+import { arg, budgetMark, percentile, printBudget, provision, scratch, startService } from "./bench-support.js"
 
 const WAKES = arg("wakes", 10_000)
 const ORGS = arg("orgs", 20)
@@ -57,6 +57,7 @@ const main = async () => {
     console.log(`${WAKES} wakes over ${ORGS} organizations written in ${(performance.now() - t0).toFixed(0)} ms; ` +
       `due from ${new Date(start).toISOString()} over ${SPREAD_MS / 1000} s; 2 service processes`)
     const cpuBefore = services.map((s) => s.cpuMs())
+    const marks = await Promise.all(services.map(budgetMark))
 
     const deadline = start + SPREAD_MS + 120_000
     for (;;) {
@@ -82,6 +83,11 @@ const main = async () => {
     console.log(`lateness (email stored − due): p50 ${percentile(lateness, 0.5)} ms  p99 ${percentile(lateness, 0.99)} ms  ` +
       `max ${lateness[lateness.length - 1] ?? 0} ms  (target p99 ≤ 2000 ms)`)
     console.log(`service CPU during the firings: ${services.map((s, i) => `${((s.cpuMs() - cpuBefore[i]!) / 1000).toFixed(1)} s`).join(", ")}`)
+    // Each process prints its own: the wakes it fired are the operations of its `wake` path.
+    for (const [i, s] of services.entries()) {
+      const fired = (await s.sqlStats()).paths["wake"]?.operations ?? 0
+      await printBudget(s, marks[i]!, `wake firing (process ${i + 1})`, fired - (marks[i]!.sql.paths["wake"]?.operations ?? 0))
+    }
   } finally {
     await client.end()
     for (const s of services) await s.stop()

@@ -17,7 +17,7 @@
  * BENCH_SERVICE=<path of a built main.mjs> measures another build of the service (an older one, to
  * compare) with this same harness.
  */
-import { builtService, cpuMsOf } from "./bench-support.js"
+import { budgetMark, builtService, cpuMsOf, freshSqlStats, printBudget } from "./bench-support.js"
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
 import { Effect, Layer } from "effect"
@@ -194,12 +194,14 @@ const main = async () => {
   const port = await freePort()
   // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during the run.
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
+  const statsFile = join(tmpdir(), `mailroom-bench-api-stats-${process.pid}.json`)
   const service = spawn(process.execPath, [...nodeArgs, process.env.BENCH_SERVICE ?? builtService()], {
     // One process unless WORKERS says otherwise: the capacity and CPU of one process, beside the
     // single-process references.
-    env: { ...process.env, ...env, WORKERS: process.env.WORKERS ?? "1", PORT: String(port), SMTP_PORT: String(await freePort()) },
+    env: { ...process.env, ...env, WORKERS: process.env.WORKERS ?? "1", PORT: String(port), SMTP_PORT: String(await freePort()), MAILROOM_STATS_FILE: statsFile },
     stdio: ["ignore", "ignore", "inherit"]
   })
+  const measured = { cpuMs: () => cpuMsOf(service.pid), sqlStats: () => freshSqlStats(statsFile) }
   try {
     await waitFor(`http://127.0.0.1:${barePort}/`)
     await waitFor(`http://127.0.0.1:${helloPort}/hello`)
@@ -217,9 +219,13 @@ const main = async () => {
     const results = [
       await load("bare node:http", `http://127.0.0.1:${barePort}/`, bareChild.pid, () => ({})),
       await load("Effect HttpApi hello-world", `http://127.0.0.1:${helloPort}/hello`, helloChild.pid, () => ({})),
-      await load("GET /v1/health", `${base}/v1/health`, service.pid, () => ({})),
-      await clearWindows().then(() => load("GET /v1/account (auth+limit+query)", `${base}/v1/account`, service.pid, account))
+      await load("GET /v1/health", `${base}/v1/health`, service.pid, () => ({}))
     ]
+    await clearWindows()
+    const mark = await budgetMark(measured)
+    results.push(await load("GET /v1/account (auth+limit+query)", `${base}/v1/account`, service.pid, account))
+    // The warm-up requests of `load` count too.
+    await printBudget(measured, mark, "authenticated read", results[3]!.requests + CONCURRENCY)
     await clearWindows()
     const overload = await load(`overload: ${OVERLOAD} connections on /v1/account`, `${base}/v1/account`, service.pid, account, OVERLOAD)
     const database = env.DATABASE_URL ? "PostgreSQL" : "embedded PGlite"

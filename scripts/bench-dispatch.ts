@@ -12,7 +12,7 @@
 import { createServer } from "node:http"
 import { cpus, loadavg } from "node:os"
 import pg from "pg"
-import { arg, percentile, printCpuByWorkers, provision, scratch, startService, workersArg } from "./bench-support.js"
+import { arg, budgetMark, percentile, printBudget, printCpuByWorkers, provision, scratch, startService, workersArg } from "./bench-support.js"
 
 const SECONDS = arg("seconds", 10)
 const BACKLOG = arg("backlog", 5000)
@@ -86,6 +86,7 @@ const run = async (workers: number) => {
     lat.length = 0
     received = 0
     const t0 = Date.now()
+    const mark = await budgetMark(service)
     const cpu0 = service.cpuMs()
     await enqueue(BACKLOG)
     while (received < BACKLOG && Date.now() - t0 < 300_000) await new Promise((r) => setTimeout(r, 20))
@@ -98,6 +99,7 @@ const run = async (workers: number) => {
     console.log(`service CPU per delivery while draining: ${cpuPer.toFixed(2)} ms, every process of the service (1000/s needs under 1 ms of one core)`)
     console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(" ")} on ${cpus().length} cores (figures mean little on a busy machine)`)
     console.log(`service RSS ${(service.rssKb() / 1024).toFixed(0)} MB, peak ${(service.peakRssKb() / 1024).toFixed(0)} MB${workers > 1 ? " (the primary's)" : ""}`)
+    await printBudget(service, mark, "delivery attempt (backlog drain)", received)
     return { workers, cpuMsPerOp: cpuPer, rate: received / drainS }
   } finally {
     await client.end()

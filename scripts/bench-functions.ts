@@ -18,7 +18,7 @@ import { cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { runOnce } from "../src/functions/Process.js"
-import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
+import { arg, budgetMark, percentile, printBudget, provision, scratch, startService } from "./bench-support.js"
 
 const SEQUENTIAL = arg("sequential", 200)
 const TOTAL = arg("total", 10_000)
@@ -192,6 +192,7 @@ const main = async () => {
     const rate: Array<number> = []
     const rssAfter: Array<[number, number, string]> = []
     const batch = 1000
+    const drainMark = await budgetMark(service)
     for (let done = 0; done < TOTAL; done += batch) {
       const t0 = performance.now()
       await enqueue(batch)
@@ -202,6 +203,8 @@ const main = async () => {
       rssAfter.push([done + batch, service.rssKb(), heapMb()])
     }
     clearInterval(sampler)
+    // Each invocation here is one function delivery (the `delivery` path).
+    await printBudget(service, drainMark, "function invocation (backlog drain)", TOTAL)
     const cpuPerInvocation = (treeCpuMs(pid) - cpuAtStart) / TOTAL
     const drainSeconds = (performance.now() - drainStarted) / 1000
     const cap = (await client.query<{ p50: number; p99: number }>(

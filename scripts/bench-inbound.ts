@@ -14,7 +14,7 @@
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-inbound.ts \
  *     [--rate 50] [--seconds 10] [--concurrency 16] [--big-mb 25]
  */
-import { builtService, cpuMsOf } from "./bench-support.js"
+import { budgetMark, builtService, cpuMsOf, freshSqlStats, printBudget } from "./bench-support.js"
 import dnsPacket from "dns-packet"
 import { Effect, Layer } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -227,10 +227,12 @@ const main = async () => {
     const smtpPort = await freePort()
     // BENCH_SERVICE_NODE_ARGS: extra node flags for the service (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
     const extra = (process.env.BENCH_SERVICE_NODE_ARGS ?? "").split(" ").filter((a) => a !== "")
+    const statsFile = join(tmpdir(), `mailroom-bench-inbound-stats-${process.pid}.json`)
     const service = spawn(process.execPath, [...extra, builtService()], {
       env: {
         ...process.env,
         ...env,
+        MAILROOM_STATS_FILE: statsFile,
         PORT: String(port),
         SMTP_PORT: String(smtpPort),
         WEBHOOK_ALLOW_PRIVATE_URLS: "true",
@@ -319,6 +321,8 @@ const main = async () => {
     const hwm = memoryKb(pid, "VmHWM")
 
     // 3. Flood the service.
+    const measured = { cpuMs: () => cpuMsOf(pid), sqlStats: () => freshSqlStats(statsFile) }
+    const floodMark = await budgetMark(measured)
     const floodCpu = { service: cpuMsOf(pid) / 1000, bench: selfCpu(), at: Date.now() }
     const svc = await flood(smtpPort, org.address, "flood", SECONDS, CONCURRENCY)
     await waitUntil(() => count("flood-") >= svc.accepted, 60_000)
@@ -328,6 +332,8 @@ const main = async () => {
       bench: (selfCpu() - floodCpu.bench) / floodWall
     }
     const floodHits = receiver.hits.filter((h) => h.tag.startsWith("flood-"))
+    // Printed at once: each accepted email of the flood, its webhook delivered and recorded.
+    await printBudget(measured, floodMark, "inbound email, end to end (flood)", svc.accepted)
     const lastHit = Math.max(...floodHits.map((h) => h.receivedAt))
     const e2eSeconds = (lastHit - svc.started) / 1000
     const inWindow = floodHits.filter((h) => h.receivedAt <= svc.started + svc.elapsed * 1000).length

@@ -24,7 +24,7 @@ import { createServer as createHttpServer } from "node:http"
 import { createServer, type Server, type Socket } from "node:net"
 import nodemailer from "nodemailer"
 import pg from "pg"
-import { arg, cpuMsOf, percentile, provision, scratch, startService } from "./bench-support.js"
+import { arg, budgetMark, cpuMsOf, percentile, printBudget, provision, scratch, startService } from "./bench-support.js"
 
 const MESSAGES = arg("messages", 2000)
 const SCHEDULED = arg("scheduled", 1000)
@@ -171,6 +171,7 @@ const main = async () => {
     })
     const before = relay.count()
     const db0 = await database(db.adminUrl)
+    const mark = await budgetMark(service)
     const cpu0 = service.cpuMs()
     let t0 = performance.now()
     const latencies: Array<number> = []
@@ -187,6 +188,7 @@ const main = async () => {
     const pgCpu = db0 === undefined || db1 === undefined ? undefined
       : [...db0.backends].reduce((sum, [pid, ms]) => sum + Math.max(0, (cpuMsOf(pid) || ms) - ms), 0)
     if (relay.count() - before !== MESSAGES) throw new Error(`relay counted ${relay.count() - before} of ${MESSAGES}`)
+    await printBudget(service, mark, "send", MESSAGES)
     const apiRate = MESSAGES / apiSeconds
 
     const direct = async (dkim: boolean) => {

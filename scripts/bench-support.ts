@@ -415,7 +415,10 @@ export interface BudgetMark {
   readonly cpuMs: number
 }
 
-export const budgetMark = async (service: Service): Promise<BudgetMark> => ({ sql: await service.sqlStats(), cpuMs: service.cpuMs() })
+/** What the budget printer needs of a service process (a `Service`, or one a benchmark spawned itself). */
+export type Measured = Pick<Service, "cpuMs" | "sqlStats">
+
+export const budgetMark = async (service: Measured): Promise<BudgetMark> => ({ sql: await service.sqlStats(), cpuMs: service.cpuMs() })
 
 const per = (n: number, ops: number) => (n / Math.max(1, ops)).toFixed(2)
 
@@ -425,7 +428,7 @@ const per = (n: number, ops: number) => (n / Math.max(1, ops)).toFixed(2)
  * path whose counters moved with its own operations and figures per operation of that path. The
  * budgets in docs/benchmarks.md are set against these lines.
  */
-export const printBudget = async (service: Service, from: BudgetMark, label: string, operations: number) => {
+export const printBudget = async (service: Measured, from: BudgetMark, label: string, operations: number) => {
   const cpuMs = service.cpuMs() - from.cpuMs
   const to = await service.sqlStats()
   const t = to.totals

@@ -14,7 +14,7 @@
  */
 import pg from "pg"
 import { cpus, loadavg } from "node:os"
-import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
+import { arg, budgetMark, percentile, printBudget, provision, scratch, startService } from "./bench-support.js"
 
 const WAKES = arg("wakes", 10_000)
 const ORGS = arg("orgs", 20)
@@ -68,6 +68,7 @@ const main = async () => {
     const cpuBefore = services.map((s) => s.cpuMs())
     const commits0 = await commits()
     const firingFrom = Date.now()
+    const marks = await Promise.all(services.map(budgetMark))
 
     const deadline = start + SPREAD_MS + 120_000
     for (;;) {
@@ -102,6 +103,11 @@ const main = async () => {
       `${(cpuUsed / fired).toFixed(2)} ms per firing, ${((cpuUsed - idleCpuPerS * firingS) / fired).toFixed(2)} ms net of idle ` +
       `(idle ${idleCpuPerS.toFixed(0)} ms/s for both)`)
     console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(" ")} on ${cpus().length} cores`)
+    // Each process prints its own: the wakes it fired are the operations of its `wake` path.
+    for (const [i, s] of services.entries()) {
+      const fired = (await s.sqlStats()).paths["wake"]?.operations ?? 0
+      await printBudget(s, marks[i]!, `wake firing (process ${i + 1})`, fired - (marks[i]!.sql.paths["wake"]?.operations ?? 0))
+    }
   } finally {
     await client.end()
     for (const s of services) await s.stop()

@@ -12,8 +12,6 @@ export const SendOutcomesLive = Layer.effect(
   Effect.gen(function*() {
     const outcomes = yield* Outcomes
     const suppressions = yield* SuppressionsRepo
-    return { sent: outcomes.sent, sentWithin: outcomes.sentWithin, relayDelayed: outcomes.relayDelayed, suppressedAmong: suppressions.suppressedAmong,
-      suppressedColumn: suppressions.suppressedColumn
-    }
+    return { sentWithin: outcomes.sentWithin, relayDelayed: outcomes.relayDelayed, suppressedColumn: suppressions.suppressedColumn }
   })
 ).pipe(Layer.provide(Outcomes.Default), Layer.provide(SuppressionsRepo.Default))

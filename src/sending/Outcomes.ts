@@ -9,18 +9,17 @@ import { Context, type Effect } from "effect"
 import type { SentRow } from "./Repo.js"
 
 export class SendOutcomes extends Context.Tag("mailroom/SendOutcomes")<SendOutcomes, {
-  /** `email.sent`: the relay took the message. */
-  readonly sent: (row: SentRow, relayResponse: string | null) => Effect.Effect<void>
   /**
-   * `email.sent` as CTEs to embed in the statement that records the send as sent (one round trip,
+   * `email.sent` (the relay took the message) as CTEs to embed in the statement that records the send as sent (one round trip,
    * one transaction): emitted when that statement's CTE `guard` yields a row. `row` is the sent
    * email as the statement leaves it.
    */
   readonly sentWithin: (row: SentRow, relayResponse: string | null, guard: string) => Effect.Effect<ReadonlyArray<Statement.Fragment>>
   /** `email.delivery_delayed` from the relay: a temporary failure, tried again at `retryAt`. */
   readonly relayDelayed: (row: SentRow, smtpCode: number | null, diagnostic: string, retryAt: Date) => Effect.Effect<void>
-  /** Which of these (lower-case) addresses the organization's suppression list holds. */
-  readonly suppressedAmong: (orgId: string, addresses: ReadonlyArray<string>) => Effect.Effect<ReadonlySet<string>>
-  /** The same as a scalar subquery (a `json` array of addresses), read inside the send path's own statement. */
+  /**
+   * Which of these (lower-case) addresses the organization's suppression list holds, as a scalar
+   * subquery (a `json` array of addresses) read inside the send path's own statement.
+   */
   readonly suppressedColumn: (orgId: string, addresses: ReadonlyArray<string>) => Statement.Fragment
 }>() {}

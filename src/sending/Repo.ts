@@ -332,15 +332,6 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
     const takeQuota = (id: string, token: string, at: Date) =>
       sql`UPDATE sent_emails SET quota_at = ${at} WHERE id = ${id} AND lease_token = ${token}`.pipe(Effect.asVoid, Effect.orDie)
 
-    /** Which of `addresses` have sent the organization accepted mail. */
-    const knownAmong = (orgId: string, addresses: ReadonlyArray<string>) =>
-      addresses.length === 0 ? Effect.succeed(new Set<string>()) : sql`
-        SELECT address FROM known_addresses WHERE org_id = ${orgId} AND address IN ${sql.in(addresses)}`.pipe(
-        allRows(Schema.Struct({ address: Schema.String }), "known addresses"),
-        Effect.map((rows) => new Set(rows.map((r) => r.address))),
-        Effect.orDie
-      )
-
     /** Automated sends to the thread since `since`, and when the oldest of them was made. */
     const automatedInThread = (threadId: string, since: Date) =>
       sql`
@@ -383,8 +374,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
       usage,
       scheduledCount,
       lockQuota,
-      takeQuota,
-      knownAmong
+      takeQuota
     } as const
   })
 }) {}

@@ -1,6 +1,7 @@
 /**
  * daily-digest: remembers each verified `email.received` (sender, subject, time) under
- * `day:<YYYY-MM-DD>` in MEMORY, and on a verified `wake.command` of type `digest` (the daily wake the
+ * `day:<YYYY-MM-DD>:<email id>` in MEMORY (a key per message: invocations running at once never
+ * overwrite each other's notes, as a shared list read, appended to and written back would), and on a verified `wake.command` of type `digest` (the daily wake the
  * install created) mails everything collected since the last digest to `env.DIGEST_TO`, from the
  * organization's managed inbox, through `env.MAILROOM` (POST /v1/send-mail), then forgets it.
  */
@@ -31,26 +32,29 @@ async function api(env, path, init) {
 }
 
 async function remember(env, event) {
-  const key = `day:${event.created_at.slice(0, 10)}`
-  const items = (await env.MEMORY.get(key, "json")) ?? []
-  if (items.length >= MAX_PER_DAY) return new Response("day is full")
-  items.push({ from: event.email.from, subject: event.email.subject, at: event.created_at })
-  await env.MEMORY.put(key, JSON.stringify(items))
-  return new Response(`remembered (${items.length} today)`)
+  const day = `day:${event.created_at.slice(0, 10)}:`
+  const today = await env.MEMORY.list({ prefix: day, limit: MAX_PER_DAY })
+  if (today.keys.length >= MAX_PER_DAY) return new Response("day is full")
+  // A retried delivery of the same email writes the same key: noted once.
+  await env.MEMORY.put(`${day}${event.email.id}`, JSON.stringify({ from: event.email.from, subject: event.email.subject, at: event.created_at }))
+  return new Response("remembered")
 }
 
 async function digest(env, event) {
-  const days = []
+  const notes = []
   let cursor
   do {
     const page = await env.MEMORY.list({ prefix: "day:", cursor })
-    days.push(...page.keys.map((k) => k.name))
+    notes.push(...page.keys.map((k) => k.name))
     cursor = page.list_complete ? undefined : page.cursor
   } while (cursor)
-  const lines = []
-  for (const day of days.sort()) {
-    for (const item of (await env.MEMORY.get(day, "json")) ?? []) lines.push(`${item.at.slice(0, 16).replace("T", " ")}  ${item.from}  ${item.subject}`)
+  const items = []
+  for (const key of notes) {
+    const item = await env.MEMORY.get(key, "json")
+    if (item !== null && typeof item.at === "string") items.push(item)
   }
+  items.sort((a, b) => a.at.localeCompare(b.at))
+  const lines = items.map((item) => `${item.at.slice(0, 16).replace("T", " ")}  ${item.from}  ${item.subject}`)
   const account = await api(env, "/v1/account")
   const sent = await api(env, "/v1/send-mail", {
     method: "POST",
@@ -63,7 +67,7 @@ async function digest(env, event) {
       text: lines.length === 0 ? "No mail arrived since the last digest." : `Since the last digest:\n\n${lines.join("\n")}\n`
     })
   })
-  for (const day of days) await env.MEMORY.delete(day)
+  for (const key of notes) await env.MEMORY.delete(key)
   return Response.json({ digest: sent.id, messages: lines.length })
 }
 

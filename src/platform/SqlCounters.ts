@@ -163,42 +163,59 @@ export const snapshot = (): Snapshot => ({
 // node-postgres clients that count their queries; a pool of them notes the asking fiber's operation.
 const pending = new WeakMap<object, ReadonlyArray<Charge>>()
 
+/** The SQL of a query call's first argument: the text itself, or a query config's `text`. */
+const textOf = (first: unknown): string =>
+  typeof first === "string"
+    ? first
+    : typeof first === "object" && first !== null && "text" in first && typeof first.text === "string"
+    ? first.text
+    : ""
+
+type AnyQuery = (this: pg.Client, ...args: Array<unknown>) => unknown
+const baseQuery = pg.Client.prototype.query as unknown as AnyQuery
+
 class CountingClient extends pg.Client {
   private inTransaction = false
-  override query(...args: Array<any>): any {
-    const first = args[0]
-    const text: string = typeof first === "string" ? first : typeof first?.text === "string" ? first.text : ""
-    const noted = pending.get(this)
-    if (noted !== undefined) pending.delete(this)
-    const kind = kindOf(text, this.inTransaction)
-    if (kind === "begin") this.inTransaction = true
-    else if (kind === "commit" || kind === "rollback") this.inTransaction = false
-    record(kind, noted ?? chargesHere())
-    return (super.query as (...a: Array<any>) => any)(...args)
+  constructor(config?: string | pg.ClientConfig) {
+    super(config)
+    // Every overload of `query` passes through here; node-postgres answers it as before.
+    const counted = (...args: Array<unknown>): unknown => {
+      const noted = pending.get(this)
+      if (noted !== undefined) pending.delete(this)
+      const kind = kindOf(textOf(args[0]), this.inTransaction)
+      if (kind === "begin") this.inTransaction = true
+      else if (kind === "commit" || kind === "rollback") this.inTransaction = false
+      record(kind, noted ?? chargesHere())
+      return baseQuery.apply(this, args)
+    }
+    this.query = counted as unknown as pg.Client["query"]
   }
 }
+
+type ConnectCallback = Parameters<pg.Pool["connect"]> extends [infer C] ? C : never
 
 /** A node-postgres pool whose clients count every query (see the module comment). */
 export class CountingPool extends pg.Pool {
   constructor(config: pg.PoolConfig) {
     super({ ...config, Client: CountingClient } as pg.PoolConfig)
   }
-  override connect(...args: Array<any>): any {
+  override connect(): Promise<pg.PoolClient>
+  override connect(callback: ConnectCallback): void
+  override connect(callback?: ConnectCallback): Promise<pg.PoolClient> | void {
     const charges = chargesHere()
     // Set even when empty: a connection handed out but never queried must not keep an older note.
     const note = (client: object | undefined) => {
       if (client !== undefined) pending.set(client, charges)
     }
-    const cb = args[0]
-    if (typeof cb !== "function") {
-      return (super.connect as () => Promise<pg.PoolClient>)().then((client) => {
+    if (callback === undefined) {
+      return super.connect().then((client) => {
         note(client)
         return client
       })
     }
-    return (super.connect as (cb: (...a: Array<any>) => void) => void)((err: unknown, client: any, done: unknown) => {
+    return super.connect((err, client, done) => {
       note(client)
-      cb(err, client, done)
+      callback(err, client, done)
     })
   }
 }

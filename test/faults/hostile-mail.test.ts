@@ -249,8 +249,11 @@ describe(`hostile mail (${database})`, () => {
       // The message is spooled to disk past 1 MiB while it arrives, nothing is kept past the limit,
       // and the dead socket chunks are collected every MiB: the whole stream adds about +6 MB in this
       // suite (+1 MB alone). Keeping the message in memory, as before spooling, peaked near +50 MB.
+      // Past the limit 960 MiB more arrive; keeping any fixed share of them would add tens of MB.
+      // The same process is still storing, indexing and delivering the 300 fuzzed messages (and on
+      // PGlite it holds the database), which alone moved RSS by 5.0 MB once: hence 8, not 5.
       expect(growthTotal).toBeLessThanOrEqual(10)
-      expect(growthPastLimit).toBeLessThanOrEqual(5)
+      expect(growthPastLimit).toBeLessThanOrEqual(8)
       // The refused message's spool file is gone.
       expect(readdirSync(join(dir, "spool"))).toEqual([])
       // The connection is still usable and the next message goes through.

@@ -264,15 +264,17 @@ const row = (s: ReturnType<typeof summarize>) =>
     s.max.toFixed(1).padStart(9)
   }`
 
-/** Samples the service's VmRSS every 100 ms while `during` runs. */
+/** Samples the service's VmRSS every 100 ms, and its event-loop delay of each second, while `during` runs. */
 const watchRss = async <A>(svc: Service, during: () => Promise<A>) => {
   let max = 0
+  let lagMax = 0
   const timer = setInterval(() => {
     max = Math.max(max, svc.rssKb())
+    lagMax = Math.max(lagMax, svc.lagMaxMs())
   }, 100)
   try {
     const out = await during()
-    return { out, maxRssKb: Math.max(max, svc.rssKb()) }
+    return { out, maxRssKb: Math.max(max, svc.rssKb()), lagMaxMs: lagMax }
   } finally {
     clearInterval(timer)
   }
@@ -322,7 +324,7 @@ const main = async () => {
     await openLoop(base, states, RATE, WARMUP, "w")
     await db.query(`DELETE FROM rate_limit_windows`)
     const cpu0 = service.cpuMs() / 1000
-    const { out: mix, maxRssKb } = await watchRss(service, () => openLoop(base, states, RATE, SECONDS, "m"))
+    const { out: mix, maxRssKb, lagMaxMs } = await watchRss(service, () => openLoop(base, states, RATE, SECONDS, "m"))
     const cpu = service.cpuMs() / 1000 - cpu0
 
     const byClass = new Map<string, Array<number>>()
@@ -349,6 +351,16 @@ const main = async () => {
     console.log(row(reads))
     console.log(row(posts))
     console.log(row(overall))
+    // Where the slow requests were: the second of the schedule whose requests waited longest, and
+    // whether the service's own event loop stalled then (a stall outside it is the database or the machine).
+    const bySecond = new Map<number, Array<number>>()
+    for (const x of mix.samples) bySecond.set(Math.floor(x.at / 1000), [...(bySecond.get(Math.floor(x.at / 1000)) ?? []), x.latency])
+    const worst = [...bySecond].map(([second, lat]) => ({ second, s: summarize(`second ${second}`, lat) })).sort((a, b) => b.s.max - a.s.max)[0]
+    if (worst !== undefined) {
+      console.log(`\nslowest second of the schedule: +${worst.second} s (${worst.s.n} requests, p50 ${worst.s.p50.toFixed(1)} ms, max ${worst.s.max.toFixed(0)} ms); ` +
+        `seconds with a request over 1 s: ${[...bySecond.values()].filter((l) => Math.max(...l) > 1000).length} of ${bySecond.size}; ` +
+        `the service's longest event-loop delay in the run: ${lagMaxMs.toFixed(0)} ms`)
+    }
     console.log(`\nerrors: ${errorCount} (stale keep-alive sockets re-sent: ${transportRetries})`)
     for (const [label, n] of errors) console.log(`  ${String(n).padStart(6)}  ${label}  ${firstBody.get(label) ?? ""}`)
     const rssMb = maxRssKb / 1024

@@ -110,6 +110,8 @@ export interface Service {
   readonly cpuMs: () => number
   /** The service's database counters as of its next stats write (SqlCounters.ts; the stats file is rewritten every second). */
   readonly sqlStats: () => Promise<SqlSnapshot>
+  /** The longest event-loop delay of the service's last second, in ms (from the stats file; 0 before its first write). */
+  readonly lagMaxMs: () => number
   readonly stop: () => Promise<void>
 }
 
@@ -253,6 +255,7 @@ export const startService = async (env: Record<string, string>, options: { reado
     workers: Number(workers),
     cpuMs: () => treeCpuMs(child.pid),
     sqlStats: () => freshSqlStats(statsFile),
+    lagMaxMs: () => (readStats(statsFile) as { lag_ms?: { max: number } } | undefined)?.lag_ms?.max ?? 0,
     stop: () =>
       new Promise((resolve) => {
         child.once("exit", () => resolve())

@@ -156,6 +156,7 @@ export class FunctionRuntime extends Effect.Service<FunctionRuntime>()("mailroom
       serviceSocket,
       maxProcesses: config.functionConcurrency,
       idleMs: IDLE_MS,
+      recycle: { invocations: config.functionProcessMaxInvocations, ms: Duration.toMillis(config.functionProcessMaxAge) },
       onIdle: revokeCredentials
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => pool.stopAll()))

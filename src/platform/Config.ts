@@ -50,6 +50,10 @@ export interface AppConfigShape {
   readonly functionTimeout: Duration.Duration
   /** Function invocations running at once in this process (at most 4 of them per organization). */
   readonly functionConcurrency: number
+  /** A warm function process is replaced after serving this many invocations (`FUNCTION_PROCESS_MAX_INVOCATIONS`). */
+  readonly functionProcessMaxInvocations: number
+  /** … or after running this long (`FUNCTION_PROCESS_MAX_AGE`), whichever comes first. */
+  readonly functionProcessMaxAge: Duration.Duration
   /** Development only: functions may reach loopback and private addresses (a local receiver). */
   readonly functionAllowPrivateNetwork: boolean
   /** `MAILROOM_SECRET_KEY`: the master key sealing secrets at rest (else `DATA_DIR/secret.key`; ServiceKey.ts). */
@@ -231,6 +235,15 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
         : Either.left(ConfigError.InvalidData(["FUNCTION_CONCURRENCY"], `must be an integer from 1 to 256, got ${n}`))
     )
   ),
+  functionProcessMaxInvocations: Config.integer("FUNCTION_PROCESS_MAX_INVOCATIONS").pipe(
+    Config.withDefault(2000),
+    Config.mapOrFail((n) =>
+      n >= 1 && n <= 1_000_000
+        ? Either.right(n)
+        : Either.left(ConfigError.InvalidData(["FUNCTION_PROCESS_MAX_INVOCATIONS"], `must be an integer from 1 to 1000000, got ${n}`))
+    )
+  ),
+  functionProcessMaxAge: duration("FUNCTION_PROCESS_MAX_AGE", "2m"),
   functionAllowPrivateNetwork: bool("FUNCTION_ALLOW_PRIVATE_NETWORK", false),
   masterKey: Config.option(Config.redacted("MAILROOM_SECRET_KEY")),
   x402Networks: Config.string("X402_NETWORKS").pipe(

@@ -16,7 +16,7 @@
  * One service process (`WORKERS=1`) unless WORKERS says otherwise, so the figure compares with the
  * other benchmarks; its CPU is that of its whole process tree (workers, the model process).
  */
-import { budgetMark, builtService, freshSqlStats, printBudget, treeCpuMs } from "./bench-support.js"
+import { budgetMark, builtService, freshSqlStats, printBudget, serviceNodeArgs, treeCpuMs } from "./bench-support.js"
 import dnsPacket from "dns-packet"
 import { Effect, Layer } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -230,7 +230,7 @@ const main = async () => {
     // BENCH_SERVICE_NODE_ARGS: extra node flags for the service (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
     const extra = (process.env.BENCH_SERVICE_NODE_ARGS ?? "").split(" ").filter((a) => a !== "")
     const statsFile = join(tmpdir(), `mailroom-bench-inbound-stats-${process.pid}.json`)
-    const service = spawn(process.execPath, [...extra, builtService()], {
+    const service = spawn(process.execPath, [...serviceNodeArgs(), ...extra, builtService()], {
       env: {
         ...process.env,
         ...env,

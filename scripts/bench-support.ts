@@ -205,6 +205,12 @@ export const printCpuByWorkers = (what: string, rows: ReadonlyArray<{ readonly w
   console.log(`  load average ${loadavg().map((l) => l.toFixed(1)).join(" ")} on ${cpus().length} cores`)
 }
 
+/**
+ * The node flags `npm start` gives the service (package.json `start`): V8's old space held to
+ * `HEAP_LIMIT_MB` (320), so a benchmark measures the process a user runs.
+ */
+export const serviceNodeArgs = () => [`--max-old-space-size=${process.env.HEAP_LIMIT_MB ?? 320}`]
+
 export const startService = async (env: Record<string, string>, options: { readonly workers?: number } = {}): Promise<Service> => {
   const port = await freePort()
   const smtpPort = await freePort()
@@ -215,7 +221,7 @@ export const startService = async (env: Record<string, string>, options: { reado
   const workers = String(options.workers ?? env.WORKERS ?? process.env.WORKERS ?? "1")
   // The stats file carries the database counters every benchmark prints per operation (`printBudget`).
   const statsFile = env.MAILROOM_STATS_FILE ?? join(tmpdir(), `mailroom-bench-stats-${process.pid}-${port}.json`)
-  const child = spawn(process.execPath, [...extra, builtService()], {
+  const child = spawn(process.execPath, [...serviceNodeArgs(), ...extra, builtService()], {
     env: { ...process.env, ...env, MAILROOM_STATS_FILE: statsFile, WORKERS: workers, PORT: String(port), SMTP_PORT: String(smtpPort), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` },
     stdio: ["ignore", "ignore", "inherit"]
   })
@@ -254,7 +260,9 @@ export const startService = async (env: Record<string, string>, options: { reado
     peakRssKb: () => status("VmHWM:"),
     workers: Number(workers),
     cpuMs: () => treeCpuMs(child.pid),
-    sqlStats: () => freshSqlStats(statsFile),
+    // Each worker writes its own file (slot 1 the named one, slot N `<file>.N`): the service's figures are their sum.
+    sqlStats: async () =>
+      sumSnapshots(await Promise.all(Array.from({ length: Number(workers) }, (_, i) => freshSqlStats(i === 0 ? statsFile : `${statsFile}.${i + 1}`)))),
     lagMaxMs: () => (readStats(statsFile) as { lag_ms?: { max: number } } | undefined)?.lag_ms?.max ?? 0,
     stop: () =>
       new Promise((resolve) => {
@@ -399,6 +407,26 @@ const readStats = (file: string): { seq: number; sql?: SqlSnapshot } | undefined
   } catch {
     return undefined
   }
+}
+
+/** The counters of several processes of one service, added up. */
+export const sumSnapshots = (all: ReadonlyArray<SqlSnapshot>): SqlSnapshot => {
+  type Counts = SqlSnapshot["totals"]
+  const add = (a: Counts, b: Counts): Counts => ({
+    roundTrips: a.roundTrips + b.roundTrips,
+    statements: a.statements + b.statements,
+    commits: a.commits + b.commits,
+    rollbacks: a.rollbacks + b.rollbacks
+  })
+  if (all.length === 1) return all[0]!
+  const paths: Record<string, SqlSnapshot["paths"][string]> = {}
+  for (const s of all) {
+    for (const [label, p] of Object.entries(s.paths)) {
+      const seen = paths[label]
+      paths[label] = seen === undefined ? p : { ...add(seen, p), operations: seen.operations + p.operations, last: p.last }
+    }
+  }
+  return { totals: all.slice(1).reduce((acc, s) => add(acc, s.totals), all[0]!.totals), paths }
 }
 
 /** Waits for the service's next stats write (so the figures include everything done before the call). */

@@ -144,6 +144,9 @@ describe(`lifecycle (${database})`, () => {
       const s = await npmStart(dir, db.url)
       // npm's direct child is the server itself (no shell in between to orphan it).
       expect(cmdline(s.server)).toContain("dist/server/main.mjs")
+      // V8's old space is held to HEAP_LIMIT_MB (320 by default): without it, garbage let grow to
+      // ~400 MB between full collections took the process past 600 MB in a 15-minute soak.
+      expect(cmdline(s.server)).toContain("--max-old-space-size=320")
       const started = Date.now()
       s.npm.kill("SIGTERM")
       const exit = await s.exited

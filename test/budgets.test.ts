@@ -15,6 +15,7 @@ import { Provisioning } from "../src/identity/Provisioning.js"
 import * as SqlCounters from "../src/platform/SqlCounters.js"
 import { TestServer, testService, usingRealPostgres } from "./support/harness.js"
 import { type Hooks, startHooks } from "./support/hooks.js"
+import { deploy } from "./support/functions.js"
 import { call } from "./support/http.js"
 import { startTestRelay, type TestRelay } from "./support/relay.js"
 
@@ -38,7 +39,19 @@ const BUDGETS = {
   /** One webhook delivery attempt answered 200, recorded. */
   deliveryAttempt: { path: "delivery", roundTrips: 1, statements: 1, commits: 1 },
   /** POST /v1/send-mail to one outside recipient, relayed and recorded inside the request. */
-  send: { path: "http POST /v1/send-mail", roundTrips: 10, statements: 8, commits: 7 }
+  send: { path: "http POST /v1/send-mail", roundTrips: 10, statements: 8, commits: 7 },
+  /**
+   * One wake firing: its email composed, signed and stored for the function (the claim is on `wake
+   * claim`). The nine: the webhook secret that signs the command, the stored-copy check (a retried
+   * firing stores once), the recipient, the command's use mark, sender facts, thread, the secret
+   * again (the delivery hook verifies the command), the store, the wake moved on.
+   */
+  wakeFiring: { path: "wake", roundTrips: 9, statements: 9, commits: 9 },
+  /**
+   * The function invocation that email makes, one delivery attempt answered 200: the attempt's
+   * lease renewed, the function read, the invocation recorded, the attempt's outcome.
+   */
+  functionInvocation: { path: "delivery", roundTrips: 4, statements: 4, commits: 4 }
 } satisfies Record<string, Budget>
 
 class Relay extends Context.Tag("test/Relay")<Relay, TestRelay>() {}
@@ -139,6 +152,33 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("budgets", (it) => {
         }
         const hooks = yield* HookServer
         expect(hooks.on("/ok").filter((h) => h.body.includes("measured"))).toHaveLength(1)
+      }))
+
+    it.effect("a wake firing; then the function invocation its email makes", () =>
+      Effect.gen(function*() {
+        // An organization with no webhook endpoint: the wake's email is delivered to its function only.
+        const p = yield* Provisioning
+        const o = yield* p.createOrganization({ name: "Budgets wake", plan: "developer" })
+        const { apiKey } = yield* p.issueApiKey(o.id)
+        const fn = yield* deploy(apiKey, `export default { async fetch() { return new Response("ok") } }`)
+        const wakeSoon = Effect.gen(function*() {
+          const at = new Date(Date.now() + 1000).toISOString()
+          const created = yield* call("POST", "/v1/wakes", { token: apiKey, body: { function_id: fn.id, command: { type: "tick", payload: {} }, at } })
+          expect(created.status, created.text).toBe(201)
+        })
+        const firings = operations(BUDGETS.wakeFiring.path)
+        const deliveries = operations(BUDGETS.functionInvocation.path)
+        // The first firing and its invocation warm the caches (keys, the function's version, its process).
+        yield* wakeSoon
+        yield* lastOf(BUDGETS.wakeFiring.path, firings + 1)
+        yield* lastOf(BUDGETS.functionInvocation.path, deliveries + 1)
+        yield* wakeSoon
+        withinBudget(BUDGETS.wakeFiring, yield* lastOf(BUDGETS.wakeFiring.path, firings + 2))
+        withinBudget(BUDGETS.functionInvocation, yield* lastOf(BUDGETS.functionInvocation.path, deliveries + 2))
+        const runs = yield* call("GET", `/v1/functions/${fn.id}/invocations`, { token: apiKey })
+        expect(runs.status, runs.text).toBe(200)
+        // Both firings reached the function and it answered.
+        expect((runs.body.data as Array<{ status: string }>).map((r) => r.status)).toEqual(["ok", "ok"])
       }))
 
     it.effect("a send, relayed within the request", () =>

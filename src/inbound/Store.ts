@@ -50,6 +50,11 @@ export interface InboundMessage {
   readonly event: EventType
   /** The wake command the message carries (its `application/json` part), for copies to wake addresses. */
   readonly command: CommandPart | null
+  /**
+   * The command was composed and signed by this service's own wake firing (never set for mail
+   * that arrived): its signature needs no check against the organization's secrets.
+   */
+  readonly commandSignedHere?: boolean
   /** Trust signals of its content (src/mail/Signals.ts). */
   readonly signals: ReadonlyArray<string>
   /** Organizations whose attachment policy quarantines this message (src/account/AttachmentPolicy.ts). */

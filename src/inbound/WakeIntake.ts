@@ -28,7 +28,8 @@ export const WakeIntakeLive = Layer.effect(
                 clientAddress: null,
                 helo: null,
                 ...analysis,
-                command: email.command
+                command: email.command,
+                commandSignedHere: true
               }, [recipient]).pipe(
                 Effect.provideService(EmailStoredHooks, hooks),
                 Effect.catchTag("StorageQuotaExceeded", () => Effect.fail(new WakeStorageFull())),

@@ -3,7 +3,9 @@
  * like received mail, listed by GET /emails, delivered to the function's endpoint with retries) as if
  * it had arrived over SMTP for the function's wake address. Its Message-ID is derived from the wake
  * and the due time, and an email already stored under it is not stored again: a firing retried after
- * a crash (another process takes the lease over) stores its email once.
+ * a crash (another process takes the lease over) stores its email once. Only a firing that may have
+ * been tried before looks for that copy (the claim says so: the row's lease had run out, or a retry
+ * time was set); a first try cannot find one.
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Data, Effect, Option } from "effect"
@@ -40,8 +42,11 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
     const domain = config.managedInboxDomain
     const dkim = yield* DkimKeys
 
-    /** Stores the wake's email for the firing due at `scheduledFor`; answers the email's id. */
-    const fire = (wake: WakeRow, scheduledFor: Date) =>
+    /**
+     * Stores the wake's email for the firing due at `scheduledFor`; answers the email's id.
+     * `attempted`: the firing may have been tried before, so its email may already be stored.
+     */
+    const fire = (wake: WakeRow, scheduledFor: Date, attempted: boolean) =>
       Effect.gen(function*() {
         const firedAt = new Date(yield* Clock.currentTimeMillis)
         // Reading the secret creates it on first use; the current one signs.
@@ -62,9 +67,11 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
             dkim: signing
           })
         )
-        const stored = yield* sql<{ id: string }>`SELECT id FROM emails WHERE org_id = ${wake.org_id} AND message_id = ${messageId} LIMIT 1`
-          .pipe(Effect.orDie)
-        if (stored[0] !== undefined) return stored[0].id
+        if (attempted) {
+          const stored = yield* sql<{ id: string }>`SELECT id FROM emails WHERE org_id = ${wake.org_id} AND message_id = ${messageId} LIMIT 1`
+            .pipe(Effect.orDie)
+          if (stored[0] !== undefined) return stored[0].id
+        }
         const recipient = yield* intake.lookup(wakeAddress(wake.function_id, domain))
         if (Option.isNone(recipient) || recipient.value.orgId !== wake.org_id) {
           return yield* new FiringFailed({ reason: "the function no longer exists", retry: false })

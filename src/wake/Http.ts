@@ -106,7 +106,8 @@ export const WakesHttpLive = HttpApiBuilder.group(MailroomApi, "wakes", (handler
           const wake = yield* wakeOf(org, path.id)
           if (wake.status === "canceled") return yield* new Conflict({ message: `wake ${path.id} is canceled` })
           const at = yield* now
-          yield* firing.fire(wake, at).pipe(
+          // Checked for a stored copy like a retried firing: two runs in the same millisecond are one email.
+          yield* firing.fire(wake, at, true).pipe(
             Effect.catchTag("FiringFailed", (e) => Effect.fail(new Conflict({ message: `the wake did not fire: ${e.reason}` })))
           )
           return toWake(yield* repo.ranNow(wake.id, at))

@@ -10,7 +10,7 @@ import type { CommandPart } from "../mail/WakeMessage.js"
 /** The organization's storage is full: nothing was stored. */
 export class WakeStorageFull extends Data.TaggedError("WakeStorageFull")<{}> {}
 
-/** A composed wake email, as the inbound pipeline receives it. */
+/** A composed wake email, as the inbound pipeline receives it (its command signed by the firing). */
 export interface WakeEmail {
   readonly raw: Buffer
   readonly envelopeFrom: string

@@ -30,6 +30,18 @@ export const WakeRow = Schema.Struct({
 })
 export type WakeRow = typeof WakeRow.Type
 
+/**
+ * A claimed wake: `attempted` when its due firing may have been tried before (the row held a lease,
+ * now run out, or a retry time): only such a firing can find its email already stored.
+ */
+export const ClaimedWakeRow = Schema.Struct({
+  ...WakeRow.fields,
+  attempted: Schema.Boolean,
+  /** The earliest due time still ahead when the claim ran (`nextDue`, read by the same statement). */
+  next_due: NullableTimestamp
+})
+export type ClaimedWakeRow = typeof ClaimedWakeRow.Type
+
 const AllowlistRow = Schema.Struct({ senders: TextArray, updated_at: Timestamp })
 
 /** A thread watch as the API shows it (the row is a wake with `watch_thread_id`). */
@@ -127,14 +139,21 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
      * Takes up to `limit` due wakes for this process: scheduled, due by `now`, and not held by a
      * firing whose lease still runs. SKIP LOCKED lets several processes claim side by side.
      */
+    // A firing that completes clears the lease (`fired`), so a lease still set when the row is
+    // claimed again is one that ran out (or a retry time from `release`).
     const claimDue = (now: Date, token: string, limit: number) =>
-      sql`UPDATE wakes SET lease_token = ${token}, lease_expires_at = ${new Date(now.getTime() + LEASE_MS)}
-        WHERE id IN (
-          SELECT id FROM wakes
+      sql`UPDATE wakes w SET lease_token = ${token}, lease_expires_at = ${new Date(now.getTime() + LEASE_MS)}
+        FROM (
+          SELECT id, lease_expires_at IS NOT NULL AS attempted FROM wakes
            WHERE status = 'scheduled' AND next_run_at <= ${now}
              AND (lease_expires_at IS NULL OR lease_expires_at < ${now})
-           ORDER BY next_run_at LIMIT ${limit} FOR UPDATE SKIP LOCKED)
-        RETURNING *`.pipe(allRows(WakeRow, "due wakes"), Effect.orDie)
+           ORDER BY next_run_at LIMIT ${limit} FOR UPDATE SKIP LOCKED) due
+        WHERE w.id = due.id
+        RETURNING w.*, due.attempted,
+          (SELECT min(next_run_at) FROM wakes WHERE status = 'scheduled' AND next_run_at > ${now}) AS next_due`.pipe(
+        allRows(ClaimedWakeRow, "due wakes"),
+        Effect.orDie
+      )
 
     /** The earliest due time still ahead of `now` (index range on wakes_due); null when none is. */
     const nextDue = (now: Date) =>

@@ -11,7 +11,7 @@ import { runJobs } from "../platform/JobRunner.js"
 import { backoff, retryAt } from "../platform/RetryPolicy.js"
 import { randomToken } from "../platform/Secrets.js"
 import { WakeFiring } from "./Firing.js"
-import { WakesRepo, type WakeRow } from "./Repo.js"
+import { type ClaimedWakeRow, WakesRepo } from "./Repo.js"
 import { nextAfter } from "./Schedule.js"
 
 export interface WakeSchedulerOptions {
@@ -35,12 +35,12 @@ export const WakeSchedulerLive = (options: WakeSchedulerOptions = {}) =>
     const firing = yield* WakeFiring
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
-    const fireOne = (wake: WakeRow, token: string) =>
+    const fireOne = (wake: ClaimedWakeRow, token: string) =>
       Effect.gen(function*() {
         const scheduledFor = wake.next_run_at!
         // A watch whose thread got received mail meanwhile ends without firing.
         if (yield* repo.silenceBroken(wake)) return yield* repo.watchAnswered(wake.id, token, yield* now)
-        const outcome = yield* Effect.either(firing.fire(wake, scheduledFor))
+        const outcome = yield* Effect.either(firing.fire(wake, scheduledFor, wake.attempted))
         const at = yield* now
         if (outcome._tag === "Right") {
           const next = nextAfter({ kind: wake.schedule_kind, value: wake.schedule_value }, scheduledFor, at)
@@ -51,7 +51,11 @@ export const WakeSchedulerLive = (options: WakeSchedulerOptions = {}) =>
         return yield* Option.isSome(retry) ? repo.release(wake.id, token, retry.value) : repo.abandon(wake.id, token, at)
       })
 
-    yield* runJobs<{ readonly wake: WakeRow; readonly token: string }, never>({
+    // The next due time as the last claim read it (claims that took wakes read it in the same
+    // statement); consulted once, then read afresh.
+    let knownNextDue: Date | null | undefined
+
+    yield* runJobs<{ readonly wake: ClaimedWakeRow; readonly token: string }, never>({
       name: "wake",
       concurrency: options.concurrency ?? 16,
       pollMs: options.pollMs ?? 250,
@@ -59,13 +63,16 @@ export const WakeSchedulerLive = (options: WakeSchedulerOptions = {}) =>
         Effect.gen(function*() {
           const token = randomToken(16)
           const wakes = yield* repo.claimDue(yield* now, token, limit)
+          knownNextDue = wakes[0]?.next_due
           return wakes.map((wake) => ({ wake, token }))
         }),
       // Idle until the next due time rather than the next poll: a wake fires when due, not up to
       // a poll interval later (wakes due meanwhile, or whose lease ran out, come with the poll).
       nextDueIn: Effect.gen(function*() {
         const at = yield* now
-        const next = yield* repo.nextDue(at)
+        const known = knownNextDue
+        knownNextDue = undefined
+        const next = known !== undefined ? known : yield* repo.nextDue(at)
         return next === null ? null : Math.max(0, next.getTime() - at.getTime())
       }),
       // A defect in one firing (a database hiccup) leaves its lease to expire; it is retried then.

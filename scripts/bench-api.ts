@@ -17,7 +17,7 @@
  * BENCH_SERVICE=<path of a built main.mjs> measures another build of the service (an older one, to
  * compare) with this same harness.
  */
-import { budgetMark, builtService, cpuMsOf, freshSqlStats, printBudget, serviceNodeArgs } from "./bench-support.js"
+import { budgetMark, builtService, cpuMsOf, freshSqlStats, printBudget, serviceNodeArgs, sumSnapshots } from "./bench-support.js"
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
 import { Effect, Layer } from "effect"
@@ -201,7 +201,13 @@ const main = async () => {
     env: { ...process.env, ...env, WORKERS: process.env.WORKERS ?? "1", PORT: String(port), SMTP_PORT: String(await freePort()), MAILROOM_STATS_FILE: statsFile },
     stdio: ["ignore", "ignore", "inherit"]
   })
-  const measured = { cpuMs: () => cpuMsOf(service.pid), sqlStats: () => freshSqlStats(statsFile) }
+  // Every process of the service: the workers' CPU, and each worker's stats file (slot N writes `<file>.N`).
+  const workers = Number(process.env.WORKERS ?? "1")
+  const measured = {
+    cpuMs: () => cpuTreeMs(service.pid),
+    sqlStats: async () =>
+      sumSnapshots(await Promise.all(Array.from({ length: workers }, (_, i) => freshSqlStats(i === 0 ? statsFile : `${statsFile}.${i + 1}`))))
+  }
   try {
     await waitFor(`http://127.0.0.1:${barePort}/`)
     await waitFor(`http://127.0.0.1:${helloPort}/hello`)

@@ -131,6 +131,17 @@ const port = (name: string, fallback: number) =>
     )
   )
 
+/** A whole number from `min` to `max`. */
+const integerFrom = (name: string, fallback: number, min: number, max: number) =>
+  Config.integer(name).pipe(
+    Config.withDefault(fallback),
+    Config.mapOrFail((n) =>
+      n >= min && n <= max
+        ? Either.right(n)
+        : Either.left(ConfigError.InvalidData([name], `must be an integer from ${min} to ${max}, got ${n}`))
+    )
+  )
+
 const url = (name: string, protocols: ReadonlyArray<string>) =>
   Config.string(name).pipe(
     Config.mapOrFail((raw) => {
@@ -209,40 +220,12 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
         : Either.right(parsed.entries)
     })
   ),
-  workers: Config.integer("WORKERS").pipe(
-    Config.withDefault(availableParallelism()),
-    Config.mapOrFail((n) =>
-      n >= 1 && n <= 1024
-        ? Either.right(n)
-        : Either.left(ConfigError.InvalidData(["WORKERS"], `must be an integer from 1 to 1024, got ${n}`))
-    )
-  ),
-  databasePoolSize: Config.integer("DATABASE_POOL_SIZE").pipe(
-    Config.withDefault(DEFAULT_DATABASE_POOL_SIZE),
-    Config.mapOrFail((n) =>
-      n >= 1 && n <= 10_000
-        ? Either.right(n)
-        : Either.left(ConfigError.InvalidData(["DATABASE_POOL_SIZE"], `must be an integer from 1 to 10000, got ${n}`))
-    )
-  ),
+  workers: integerFrom("WORKERS", availableParallelism(), 1, 1024),
+  databasePoolSize: integerFrom("DATABASE_POOL_SIZE", DEFAULT_DATABASE_POOL_SIZE, 1, 10_000),
   shutdownTimeout: duration("SHUTDOWN_TIMEOUT", "10s"),
   functionTimeout: duration("FUNCTION_TIMEOUT", "10m"),
-  functionConcurrency: Config.integer("FUNCTION_CONCURRENCY").pipe(
-    Config.withDefault(8),
-    Config.mapOrFail((n) =>
-      n >= 1 && n <= 256
-        ? Either.right(n)
-        : Either.left(ConfigError.InvalidData(["FUNCTION_CONCURRENCY"], `must be an integer from 1 to 256, got ${n}`))
-    )
-  ),
-  functionProcessMaxInvocations: Config.integer("FUNCTION_PROCESS_MAX_INVOCATIONS").pipe(
-    Config.withDefault(2000),
-    Config.mapOrFail((n) =>
-      n >= 1 && n <= 1_000_000
-        ? Either.right(n)
-        : Either.left(ConfigError.InvalidData(["FUNCTION_PROCESS_MAX_INVOCATIONS"], `must be an integer from 1 to 1000000, got ${n}`))
-    )
-  ),
+  functionConcurrency: integerFrom("FUNCTION_CONCURRENCY", 8, 1, 256),
+  functionProcessMaxInvocations: integerFrom("FUNCTION_PROCESS_MAX_INVOCATIONS", 2000, 1, 1_000_000),
   functionProcessMaxAge: duration("FUNCTION_PROCESS_MAX_AGE", "2m"),
   functionAllowPrivateNetwork: bool("FUNCTION_ALLOW_PRIVATE_NETWORK", false),
   masterKey: Config.option(Config.redacted("MAILROOM_SECRET_KEY")),

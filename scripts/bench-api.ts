@@ -17,12 +17,12 @@
  * BENCH_SERVICE=<path of a built main.mjs> measures another build of the service (an older one, to
  * compare) with this same harness.
  */
-import { budgetMark, builtService, cpuMsOf, freshSqlStats, printBudget, serviceNodeArgs, sumSnapshots } from "./bench-support.js"
+import { budgetMark, builtService, printBudget, serviceNodeArgs, serviceSqlStats, treeCpuMs } from "./bench-support.js"
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
 import { Effect, Layer } from "effect"
 import { spawn } from "node:child_process"
-import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
 import http from "node:http"
 import { loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
@@ -55,16 +55,6 @@ interface Result {
   readonly cpu: number
 }
 
-/** CPU ms of a process and its descendants (a service started with WORKERS > 1 works in its children). */
-const cpuTreeMs = (pid: number | undefined): number => {
-  if (pid === undefined) return 0
-  let children: Array<number> = []
-  try {
-    children = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter((x) => x !== "").map(Number)
-  } catch { /* gone */ }
-  return cpuMsOf(pid) + children.reduce((sum, c) => sum + cpuTreeMs(c), 0)
-}
-
 const once = (agent: http.Agent, url: URL, headers: Record<string, string>) =>
   new Promise<number>((resolve, reject) => {
     const req = http.request(url, { agent, headers }, (res) => {
@@ -91,7 +81,7 @@ const load = async (
   let ok = 0
   let refused = 0
   let n = 0
-  const cpu0 = cpuTreeMs(pid)
+  const cpu0 = treeCpuMs(pid)
   const t0 = performance.now()
   const deadline = t0 + SECONDS * 1000
   await Promise.all(Array.from({ length: connections }, async () => {
@@ -112,7 +102,7 @@ const load = async (
     }
   }))
   const secs = (performance.now() - t0) / 1000
-  const cpu = cpuTreeMs(pid) - cpu0
+  const cpu = treeCpuMs(pid) - cpu0
   agent.destroy()
   latencies.sort((a, b) => a - b)
   const q = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? 0
@@ -201,13 +191,8 @@ const main = async () => {
     env: { ...process.env, ...env, WORKERS: process.env.WORKERS ?? "1", PORT: String(port), SMTP_PORT: String(await freePort()), MAILROOM_STATS_FILE: statsFile },
     stdio: ["ignore", "ignore", "inherit"]
   })
-  // Every process of the service: the workers' CPU, and each worker's stats file (slot N writes `<file>.N`).
-  const workers = Number(process.env.WORKERS ?? "1")
-  const measured = {
-    cpuMs: () => cpuTreeMs(service.pid),
-    sqlStats: async () =>
-      sumSnapshots(await Promise.all(Array.from({ length: workers }, (_, i) => freshSqlStats(i === 0 ? statsFile : `${statsFile}.${i + 1}`))))
-  }
+  // Every process of the service: the workers' CPU and SQL counters too.
+  const measured = { cpuMs: () => treeCpuMs(service.pid), sqlStats: () => serviceSqlStats(statsFile, Number(process.env.WORKERS ?? "1")) }
   try {
     await waitFor(`http://127.0.0.1:${barePort}/`)
     await waitFor(`http://127.0.0.1:${helloPort}/hello`)

@@ -260,9 +260,7 @@ export const startService = async (env: Record<string, string>, options: { reado
     peakRssKb: () => status("VmHWM:"),
     workers: Number(workers),
     cpuMs: () => treeCpuMs(child.pid),
-    // Each worker writes its own file (slot 1 the named one, slot N `<file>.N`): the service's figures are their sum.
-    sqlStats: async () =>
-      sumSnapshots(await Promise.all(Array.from({ length: Number(workers) }, (_, i) => freshSqlStats(i === 0 ? statsFile : `${statsFile}.${i + 1}`)))),
+    sqlStats: () => serviceSqlStats(statsFile, Number(workers)),
     lagMaxMs: () => (readStats(statsFile) as { lag_ms?: { max: number } } | undefined)?.lag_ms?.max ?? 0,
     stop: () =>
       new Promise((resolve) => {
@@ -428,6 +426,13 @@ export const sumSnapshots = (all: ReadonlyArray<SqlSnapshot>): SqlSnapshot => {
   }
   return { totals: all.slice(1).reduce((acc, s) => add(acc, s.totals), all[0]!.totals), paths }
 }
+
+/**
+ * The database counters of a service of `workers` processes: each worker writes its own stats file
+ * (slot 1 the named one, slot N `<file>.N`), and the service's figures are their sum.
+ */
+export const serviceSqlStats = async (statsFile: string, workers: number): Promise<SqlSnapshot> =>
+  sumSnapshots(await Promise.all(Array.from({ length: workers }, (_, i) => freshSqlStats(i === 0 ? statsFile : `${statsFile}.${i + 1}`))))
 
 /** Waits for the service's next stats write (so the figures include everything done before the call). */
 export const freshSqlStats = async (file: string): Promise<SqlSnapshot> => {

@@ -206,10 +206,15 @@ export const printCpuByWorkers = (what: string, rows: ReadonlyArray<{ readonly w
 }
 
 /**
- * The node flags `npm start` gives the service (package.json `start`): V8's old space held to
- * `HEAP_LIMIT_MB` (320), so a benchmark measures the process a user runs.
+ * The node flags `npm start` gives the service, read from package.json's `start` script (V8's old
+ * space held to `HEAP_LIMIT_MB`, its default there), so a benchmark measures the process a user runs.
  */
-export const serviceNodeArgs = () => [`--max-old-space-size=${process.env.HEAP_LIMIT_MB ?? 320}`]
+export const serviceNodeArgs = () => {
+  const start: string = JSON.parse(readFileSync(`${ROOT}package.json`, "utf8")).scripts.start
+  const fallback = /\$\{HEAP_LIMIT_MB:-(\d+)\}/.exec(start)?.[1]
+  if (fallback === undefined) throw new Error(`package.json's start script sets no HEAP_LIMIT_MB default: ${start}`)
+  return [`--max-old-space-size=${process.env.HEAP_LIMIT_MB ?? fallback}`]
+}
 
 export const startService = async (env: Record<string, string>, options: { readonly workers?: number } = {}): Promise<Service> => {
   const port = await freePort()

@@ -84,7 +84,10 @@ describe("database", () => {
         [{ WEBHOOK_ALLOW_PRIVATE_URLS: "maybe" }, ["WEBHOOK_ALLOW_PRIVATE_URLS"]],
         [{ SMTP_PORT: "70000" }, ["SMTP_PORT", "port"]],
         [{ PUBLIC_BASE_URL: "ftp://x" }, ["PUBLIC_BASE_URL"]],
-        [{ LOG_LEVEL: "loud" }, ["LOG_LEVEL"]]
+        [{ LOG_LEVEL: "loud" }, ["LOG_LEVEL"]],
+        [{ WORKERS: "0" }, ["WORKERS", "from 1 to 1024"]],
+        [{ FUNCTION_PROCESS_MAX_INVOCATIONS: "0" }, ["FUNCTION_PROCESS_MAX_INVOCATIONS", "from 1 to 1000000"]],
+        [{ FUNCTION_PROCESS_MAX_AGE: "soon" }, ["FUNCTION_PROCESS_MAX_AGE"]]
       ]
       for (const [env, words] of cases) {
         const result = yield* load(env)

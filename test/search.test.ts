@@ -269,6 +269,40 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("search", (it) => {
       }))
   })
 
+  describe("the stored full-text vector", () => {
+    it.effect("is what stemming subject, reply text, sender and body each on its own gives, for every shape of mail", () =>
+      Effect.gen(function*() {
+        const org = yield* newOrg("Vectors")
+        const line = "The quarterly invoices were reconciled against the ledgers yesterday.\r\n"
+        // Fresh mail (reply text = body), CRLF and trailing space; a reply quoting history; a signature;
+        // HTML only; no body at all.
+        yield* send({ from: "Ann <ann@example.com>", to: org.address, subject: "Fresh", text: line.repeat(40) + "  \r\n" })
+        yield* send({
+          from: "Bob <bob@example.com>",
+          to: org.address,
+          subject: "Re: Fresh",
+          text: "Agreed, shipping tomorrow.\r\n\r\nOn Mon, Jan 5, 2026 at 9:00 AM Ann <ann@example.com> wrote:\r\n> " + line + "> " + line
+        })
+        yield* send({ from: "cy@example.com", to: org.address, subject: "Signed", text: "Running late today.\n\n-- \nCy, Accounts payable\n" })
+        yield* send({ from: "dee@example.com", to: org.address, subject: "Html", html: "<p>Warehouse <b>inventory</b> counted.</p><blockquote>older words quoted</blockquote>" })
+        yield* send({ from: "eve@example.com", to: org.address, subject: "Empty", text: "" })
+        const sql = yield* SqlClient.SqlClient
+        const rows = yield* sql<{ subject: string; same_text: boolean; equal: boolean }>`
+          SELECT subject, extracted = btrim(replace(body, E'\r', ''), E' \t\n') AS same_text,
+                 tsv = (setweight(to_tsvector('english', coalesce(subject, '')), 'A') ||
+                        setweight(to_tsvector('english', coalesce(extracted, '')), 'B') ||
+                        setweight(to_tsvector('english', coalesce(from_name, '') || ' ' || coalesce(from_address, '')), 'B') ||
+                        setweight(to_tsvector('english', coalesce(body, '')), 'C')) AS equal
+            FROM search_documents WHERE org_id = ${org.orgId} ORDER BY subject`
+        expect(rows.map((r) => r.subject)).toEqual(["Empty", "Fresh", "Html", "Re: Fresh", "Signed"])
+        expect(rows.every((r) => r.equal)).toBe(true)
+        // Both branches ran: the body stemmed once for fresh mail, reply text and body apart for the rest.
+        expect(rows.find((r) => r.subject === "Fresh")!.same_text).toBe(true)
+        expect(rows.find((r) => r.subject === "Re: Fresh")!.same_text).toBe(false)
+        expect(rows.find((r) => r.subject === "Signed")!.same_text).toBe(false)
+      }))
+  })
+
   describe("relevance", () => {
     it.effect("a floor per mode: filler is not returned; scores run from 0 to 1", () =>
       Effect.gen(function*() {

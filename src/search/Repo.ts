@@ -105,15 +105,12 @@ export interface InlineDocument {
 
 /**
  * Documents given inline as a `lexicalOver` source: `tsv` and `names` computed as the generated
- * columns of `search_documents` are (migrations 0061 and 0155), so they rank as stored ones would;
+ * columns of `search_documents` are (migrations 0061 and 0190), so they rank as stored ones would;
  * test/demo-parity.test.ts holds the two to the same answers. Nothing is stored.
  */
 export const inlineDocuments = (sql: SqlClient.SqlClient, docs: ReadonlyArray<InlineDocument>): Statement.Fragment =>
   sql`(SELECT x.id, x.at,
-              setweight(to_tsvector('english', coalesce(x.subject, '')), 'A') ||
-              setweight(to_tsvector('english', coalesce(x.extracted, '')), 'B') ||
-              setweight(to_tsvector('english', coalesce(x.from_name, '') || ' ' || coalesce(x.from_address, '')), 'B') ||
-              setweight(to_tsvector('english', coalesce(x.body, '')), 'C') AS tsv,
+              search_tsv(x.subject, x.extracted, x.from_name, x.from_address, x.body) AS tsv,
               lower(coalesce(x.subject, '') || ' ' || coalesce(x.from_name, '') || ' ' || coalesce(x.from_address, '')) AS names
          FROM jsonb_to_recordset(${JSON.stringify(docs)}::jsonb)
            AS x(id text, at timestamptz, subject text, extracted text, from_name text, from_address text, body text))`

@@ -11,9 +11,17 @@
  * process's event loop has been busy (utilization over `busyAbove` since the last look). Measured
  * with 10,000 wakes due in one minute on two cores: the backlog running flat out made the firings
  * 25 times later than with indexing off.
+ *
+ * Nor does it claim while the machine's cores are nearly all busy (idle under `idleBelow` since the
+ * last look): on two cores shared with PostgreSQL, half a core of model time during a mail burst
+ * cost ingestion a tenth to a quarter of its throughput, and its statements half of PostgreSQL's
+ * extra CPU per email. So a burst is taken at full speed and embedded once it is over; a machine
+ * that never rests still gets a batch every `maxWaitMs`, so semantic search is never left behind
+ * for good (and lexical search finds every message from its first statement).
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Layer, Option, Schema } from "effect"
+import { cpus } from "node:os"
 import { performance } from "node:perf_hooks"
 import { runJobs } from "../platform/JobRunner.js"
 import { allRows } from "../platform/Rows.js"
@@ -33,6 +41,34 @@ export interface BacklogOptions {
   readonly dutyCycle?: number
   /** Event-loop utilization above which no batch is claimed (default 0.5; 1 never waits for it). */
   readonly busyAbove?: number
+  /** Share of the machine's CPU time left idle below which no batch is claimed (default 0.1; 0 never waits for it). */
+  readonly idleBelow?: number
+  /** Longest wait for a quiet moment before a batch is claimed anyway (default 30 s). */
+  readonly maxWaitMs?: number
+  /** Where the machine's CPU times are read (default the operating system's; tests give their own). */
+  readonly cpuTimes?: () => CpuTimes
+}
+
+export interface CpuTimes {
+  readonly idle: number
+  readonly total: number
+}
+
+/** The machine's CPU time so far, idle and in all, summed over its cores. */
+export const machineCpuTimes = (): CpuTimes => {
+  let idle = 0
+  let total = 0
+  for (const c of cpus()) {
+    idle += c.times.idle
+    total += c.times.user + c.times.nice + c.times.sys + c.times.idle + c.times.irq
+  }
+  return { idle, total }
+}
+
+/** The idle share of the machine's CPU time between two readings; 1 when no time passed. */
+export const idleShare = (before: CpuTimes, after: CpuTimes): number => {
+  const total = after.total - before.total
+  return total <= 0 ? 1 : Math.max(0, Math.min(1, (after.idle - before.idle) / total))
 }
 
 const LEASE = "60 seconds"
@@ -57,6 +93,8 @@ export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
     const policy = backoff({ base: "1 second", max: Duration.millis(options.maxRetryDelayMs ?? 300_000) })
     const dutyCycle = Math.min(1, Math.max(0.05, options.dutyCycle ?? 0.5))
     const busyAbove = options.busyAbove ?? 0.5
+    const idleBelow = options.idleBelow ?? 0.1
+    const maxWaitMs = options.maxWaitMs ?? 30_000
 
     // Vectors of another model cannot be compared with this one's: their documents are embedded again.
     yield* sql`UPDATE search_documents SET embedded_at = NULL, embed_next_at = now(), embed_attempts = 0
@@ -116,6 +154,27 @@ export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
       return since.utilization
     }
 
+    const cpuTimes = options.cpuTimes ?? machineCpuTimes
+    let lastCpu = cpuTimes()
+    /** The machine's idle share since the last look (0..1). */
+    const machineIdle = () => {
+      const now = cpuTimes()
+      const share = idleShare(lastCpu, now)
+      lastCpu = now
+      return share
+    }
+    // When the backlog last got to claim (or started): what `maxWaitMs` counts from.
+    let lastClaim = performance.now()
+    const ready = Effect.sync(() => {
+      // Both windows restart at every look, busy or not.
+      const processBusy = busyAbove < 1 && utilization() > busyAbove
+      const machineBusy = idleBelow > 0 && machineIdle() < idleBelow
+      const now = performance.now()
+      if ((processBusy || machineBusy) && now - lastClaim < maxWaitMs) return false
+      lastClaim = now
+      return true
+    })
+
     // One batch at a time; the item is the batch.
     yield* runJobs<ReadonlyArray<Doc>, never>({
       name: "embedding backlog",
@@ -124,7 +183,7 @@ export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
       pollMs,
       claim: () => Effect.map(claim, (docs) => (docs.length === 0 ? [] : [docs])),
       run: embedBatch,
-      ready: Effect.sync(() => busyAbove >= 1 || utilization() <= busyAbove),
+      ready,
       // The model may run for the backlog `dutyCycle` of the time: rest as long as the batch took, scaled.
       restAfter: (took) => Duration.millis(dutyCycle < 1 ? took * (1 / dutyCycle - 1) : 0)
     })

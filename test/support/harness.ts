@@ -123,7 +123,11 @@ export const testServerOn = (options: {
       SmtpServerLive,
       DispatcherLive({ concurrency: 16, pollMs: 50 }),
       WakeTimersLive({ pollMs: 50 }),
-      options.embeddingBacklog === undefined ? Layer.empty : EmbeddingBacklogLive(options.embeddingBacklog),
+      options.embeddingBacklog === undefined
+        ? Layer.empty
+        // A test run keeps the machine's cores busy by design: the backlog is not held back for it
+        // unless a test asks (test/search-backlog-yield.test.ts).
+        : EmbeddingBacklogLive({ idleBelow: 0, ...options.embeddingBacklog }),
       SendTimersLive({ pollMs: 50, retryDelays: SEND_RETRY_DELAYS }),
       PaymentEmailWorkersLive({ pollMs: 50 }),
       Layer.succeed(TestServer, { port, smtpPort, baseUrl })

@@ -207,13 +207,16 @@ export const printCpuByWorkers = (what: string, rows: ReadonlyArray<{ readonly w
 
 /**
  * The node flags `npm start` gives the service, read from package.json's `start` script (V8's old
- * space held to `HEAP_LIMIT_MB`, its default there), so a benchmark measures the process a user runs.
+ * space held to `HEAP_LIMIT_MB`, its young space `YOUNG_SPACE_MB`, with the defaults written there,
+ * or what this run's environment says), so a benchmark measures the process a user runs.
  */
 export const serviceNodeArgs = () => {
   const start: string = JSON.parse(readFileSync(`${ROOT}package.json`, "utf8")).scripts.start
-  const fallback = /\$\{HEAP_LIMIT_MB:-(\d+)\}/.exec(start)?.[1]
-  if (fallback === undefined) throw new Error(`package.json's start script sets no HEAP_LIMIT_MB default: ${start}`)
-  return [`--max-old-space-size=${process.env.HEAP_LIMIT_MB ?? fallback}`]
+  const flags = /\bnode (.*) dist\/server\/main\.mjs/.exec(start)?.[1]
+  if (flags === undefined || !flags.includes("HEAP_LIMIT_MB")) throw new Error(`package.json's start script sets no HEAP_LIMIT_MB default: ${start}`)
+  return flags.split(" ").filter((f) => f.length > 0).map((f) =>
+    f.replace(/\$\{(\w+):-([^}]*)\}/g, (_, name: string, fallback: string) => process.env[name] ?? fallback)
+  )
 }
 
 export const startService = async (env: Record<string, string>, options: { readonly workers?: number } = {}): Promise<Service> => {

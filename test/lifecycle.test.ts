@@ -147,6 +147,9 @@ describe(`lifecycle (${database})`, () => {
       // V8's old space is held to HEAP_LIMIT_MB (320 by default): without it, garbage let grow to
       // ~400 MB between full collections took the process past 600 MB in a 15-minute soak.
       expect(cmdline(s.server)).toContain("--max-old-space-size=320")
+      // A young space of 32 MB (YOUNG_SPACE_MB) instead of V8's 16: short-lived per-message and
+      // per-request garbage dies there instead of being copied out, 10-13% less CPU per email.
+      expect(cmdline(s.server)).toContain("--max-semi-space-size=32")
       const started = Date.now()
       s.npm.kill("SIGTERM")
       const exit = await s.exited

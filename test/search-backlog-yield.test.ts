@@ -103,20 +103,29 @@ layer(Env, { timeout: 60_000, excludeTestServices: true })("the embedding backlo
           transport.close()
         }
       })
-      expect(yield* pending).toBe(8)
+      // Every message has its document (a batch may already have been claimed meanwhile).
+      const sql = yield* SqlClient.SqlClient
+      expect((yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM search_documents`.pipe(Effect.orDie))[0]!.n).toBe(8)
 
       // Busy: two batches, at least maxWaitMs apart, and nothing in between.
       yield* until("two batches while busy", Effect.sync(() => stub.requests.length), (n) => n >= 2, 3 * MAX_WAIT_MS + 5_000)
       const [first, second] = stub.requests
-      expect(second!.at - first!.at).toBeGreaterThanOrEqual(MAX_WAIT_MS - 100)
+      // Any two batches while busy are maxWaitMs apart (the slack is for the embedder's own answer
+      // time on a loaded machine; without the wait they would be a 50 ms poll apart).
+      expect(second!.at - first!.at).toBeGreaterThanOrEqual(MAX_WAIT_MS - 500)
       expect(stub.requests.length).toBe(2)
-      expect(yield* until("the second batch stored", pending, (n) => n === 4, 2_000)).toBe(4)
+      // (A batch claimed while the messages were still arriving may have held fewer than two.)
+      const left = 8 - first!.texts - second!.texts
+      expect(left).toBeGreaterThanOrEqual(4)
+      expect(yield* until("the second batch stored", pending, (n) => n === left, 2_000)).toBe(left)
 
       // Idle: the rest at once, batch after batch.
       machine.busy = false
       const idleFrom = Date.now()
       yield* until("the backlog drained", pending, (n) => n === 0, 5_000)
       expect(Date.now() - idleFrom).toBeLessThan(MAX_WAIT_MS)
-      expect(stub.requests.slice(2).map((r) => r.texts)).toEqual([2, 2])
+      const rest = stub.requests.slice(2)
+      expect(rest.reduce((n, r) => n + r.texts, 0)).toBe(left)
+      expect(rest.length).toBeGreaterThanOrEqual(2)
     }))
 })

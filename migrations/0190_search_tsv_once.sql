@@ -7,6 +7,9 @@
 -- added to ingestion. The function stems the body once and uses it for both weights when the two
 -- are the same text; otherwise it stems each, as before. Same lexemes, positions and weights, so
 -- ranking is unchanged.
+--
+-- Replacing the column rewrites search_documents and its full-text index under an exclusive lock:
+-- about 1 ms per stored message of 10 KB (a minute per 60,000), once, while the service starts.
 
 CREATE FUNCTION search_tsv(subject text, extracted text, from_name text, from_address text, body text)
 RETURNS tsvector LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$

@@ -11,6 +11,7 @@ import nodemailer from "nodemailer"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { type CpuTimes, idleShare } from "../src/search/Backlog.js"
 import { TestServer, testService } from "./support/harness.js"
+import { eventually } from "./support/hooks.js"
 
 const MAX_WAIT_MS = 2_000
 
@@ -69,6 +70,7 @@ const pending = Effect.flatMap(SqlClient.SqlClient, (sql) =>
     Effect.orDie
   )
 
+/** Polls a database check (`eventually` polls plain values). */
 const until = <A, R>(what: string, check: Effect.Effect<A, never, R>, ok: (a: A) => boolean, ms = 20_000) =>
   Effect.gen(function*() {
     const end = Date.now() + ms
@@ -108,7 +110,7 @@ layer(Env, { timeout: 60_000, excludeTestServices: true })("the embedding backlo
       expect((yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM search_documents`.pipe(Effect.orDie))[0]!.n).toBe(8)
 
       // Busy: two batches, at least maxWaitMs apart, and nothing in between.
-      yield* until("two batches while busy", Effect.sync(() => stub.requests.length), (n) => n >= 2, 3 * MAX_WAIT_MS + 5_000)
+      yield* eventually(() => stub.requests.length >= 2, 3 * MAX_WAIT_MS + 5_000, "two batches while busy")
       const [first, second] = stub.requests
       // Any two batches while busy are maxWaitMs apart (the slack is for the embedder's own answer
       // time on a loaded machine; without the wait they would be a 50 ms poll apart).

@@ -7,7 +7,7 @@
  * The service CPU is that of its whole process tree; `--workers 1,2` runs the measurement at each
  * count in turn and compares CPU per accepted email.
  *
- *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-smtp-ingest.ts [--seconds 15] [--sessions 50] [--workers 1,2]
+ *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-smtp-ingest.ts [--seconds 15] [--sessions 50] [--body-bytes 10240] [--workers 1,2]
  */
 import pg from "pg"
 import { arg, budgetMark, cpuMsOf, message, percentile, printBudget, printCpuByWorkers, provision, RawSmtp, scratch, startService, workersArg } from "./bench-support.js"
@@ -15,6 +15,8 @@ import { loadavg } from "node:os"
 
 const SECONDS = arg("seconds", 15)
 const SESSIONS = arg("sessions", 50)
+/** The body's size in bytes (10 KB by default). */
+const BODY_BYTES = arg("body-bytes", 10 * 1024)
 
 const commits = async (url: string | undefined) => {
   if (url === undefined) return undefined
@@ -42,7 +44,7 @@ const run = async (workers: number) => {
   try {
     // Warm-up: JIT, pools, prepared plans.
     const warm = await RawSmtp.open(service.smtpPort)
-    for (let i = 0; i < 50; i++) await warm.send("warm@bench.local", org!.address, message(i, "warm@bench.local", org!.address))
+    for (let i = 0; i < 50; i++) await warm.send("warm@bench.local", org!.address, message(i, "warm@bench.local", org!.address, BODY_BYTES))
     warm.close()
 
     const mark = await budgetMark(service)
@@ -58,7 +60,7 @@ const run = async (workers: number) => {
       const c = await RawSmtp.open(service.smtpPort)
       while (performance.now() < deadline) {
         const i = seq++
-        const [code, ms] = await c.send("sender@bench.local", org!.address, message(i, "sender@bench.local", org!.address))
+        const [code, ms] = await c.send("sender@bench.local", org!.address, message(i, "sender@bench.local", org!.address, BODY_BYTES))
         if (code === 250) latencies.push(ms)
         else refused++
       }

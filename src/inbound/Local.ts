@@ -23,7 +23,7 @@ import { judgeAttachments } from "../account/AttachmentPolicy.js"
 import { hasRoomFor } from "../routes/Resolver.js"
 import { mayCommand } from "../mail/WakeMessage.js"
 import type { Analysis } from "./Analyze.js"
-import { makeAnalyzePool } from "./AnalyzePool.js"
+import { MessageAnalysis } from "./AnalyzePool.js"
 import type { AuthResults } from "./Authenticity.js"
 import { checkCommand } from "./Commands.js"
 import { copyKey, normalizeAddress, type Recipient, Recipients } from "./Recipients.js"
@@ -68,7 +68,7 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
   // The hooks stored with each email (its deliveries, the payments rail), as the SMTP listener has them.
   const hooks = yield* EmailStoredHooks
   const managed = config.managedInboxDomain.toLowerCase()
-  const pool = yield* Effect.acquireRelease(Effect.sync(() => makeAnalyzePool()), (p) => Effect.promise(() => p.close()))
+  const pool = yield* MessageAnalysis
 
   /** Verified, active domains (of any organization) among these. */
   const ourDomains = (domains: ReadonlyArray<string>) =>
@@ -174,4 +174,4 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
     }).pipe(Effect.withSpan("LocalReceiver.deliver"))
 
   yield* port.register({ receives, deliver })
-}))
+})).pipe(Layer.provide(MessageAnalysis.Default))

@@ -2,7 +2,7 @@
  * The inbound SMTP listener (smtp-server). Recipients are checked at RCPT time; the message is
  * streamed with a hard size limit (advertised with SIZE; an oversized stream is drained without
  * being kept) and spooled to DATA_DIR past 1 MiB (Spool.ts); parse, SPF/DKIM/DMARC, score and
- * event type of a message over 64 KB run in a worker thread (AnalyzePool.ts); the `250` is sent only after every copy is
+ * event type of a message over 4 KB run in a worker thread (AnalyzePool.ts); the `250` is sent only after every copy is
  * committed to PostgreSQL, and a database failure answers a temporary `451`, so the sending server
  * retries and nothing is lost.
  *
@@ -17,7 +17,7 @@ import { readFileSync } from "node:fs"
 import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from "smtp-server"
 import { AppConfig } from "../platform/Config.js"
 import { asPortInUse } from "../platform/Ports.js"
-import { makeAnalyzePool } from "./AnalyzePool.js"
+import { MessageAnalysis } from "./AnalyzePool.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { SqlClient } from "@effect/sql"
 import { mayCommand } from "../mail/WakeMessage.js"
@@ -64,7 +64,7 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
   const dnsServer = Option.getOrNull(config.dnsServer)
   const spoolDir = spoolDirectory(config.dataDir)
   yield* Effect.sync(() => prepareSpool(spoolDir))
-  const pool = yield* Effect.acquireRelease(Effect.sync(() => makeAnalyzePool()), (p) => Effect.promise(() => p.close()))
+  const pool = yield* MessageAnalysis
   const tls = Option.isSome(config.smtpTlsCert) && Option.isSome(config.smtpTlsKey)
     ? { cert: readFileSync(config.smtpTlsCert.value), key: readFileSync(config.smtpTlsKey.value) }
     : undefined
@@ -281,4 +281,4 @@ const SmtpListener = Layer.scopedDiscard(Effect.gen(function*() {
 }))
 
 /** The listener, with the webhook secrets signed wake commands are checked with. */
-export const SmtpServerLive = SmtpListener.pipe(Layer.provide([WebhookSecrets.Default, BounceIntake.Default]))
+export const SmtpServerLive = SmtpListener.pipe(Layer.provide([WebhookSecrets.Default, BounceIntake.Default, MessageAnalysis.Default]))

@@ -5,7 +5,7 @@
  */
 import { Effect, Layer, Option } from "effect"
 import { WakeIntake, WakeStorageFull } from "../wake/Intake.js"
-import { analyze } from "./Analyze.js"
+import { MessageAnalysis } from "./AnalyzePool.js"
 import { Recipients } from "./Recipients.js"
 import { EmailStoredHooks, InboundStore } from "./Store.js"
 
@@ -15,13 +15,14 @@ export const WakeIntakeLive = Layer.effect(
     const recipients = yield* Recipients
     const store = yield* InboundStore
     const hooks = yield* EmailStoredHooks
+    const pool = yield* MessageAnalysis
     return {
       lookup: (address) =>
         Effect.map(recipients.lookup(address), Option.map((recipient) => ({
           orgId: recipient.orgId,
           receive: (email) =>
             Effect.gen(function*() {
-              const analysis = yield* Effect.promise(() => analyze(email.raw, null))
+              const analysis = yield* Effect.promise(() => pool.analyze(email.raw, null))
               const copies = yield* store.store({
                 raw: email.raw,
                 envelopeFrom: email.envelopeFrom,
@@ -41,4 +42,4 @@ export const WakeIntakeLive = Layer.effect(
         })))
     }
   })
-)
+).pipe(Layer.provide(MessageAnalysis.Default))

@@ -183,4 +183,13 @@ describe("architecture", () => {
     // An entry that was split (or removed) leaves the list, so the exception does not outlive its reason.
     expect(OVERSIZED_PENDING.filter((f) => (sizes.get(f) ?? 0) <= MAX_LINES)).toEqual([])
   })
+
+  it("row schemas are written once, not where a statement runs (each new schema compiles its decoder again)", () => {
+    const inline = sources(SRC).flatMap((file) => {
+      const text = readFileSync(file, "utf8")
+      return [...text.matchAll(/(?:allRows|firstRow|decodeRows|decodeFirst|pageRows)\(\s*Schema\.|Result:\s*Schema\.(?!Void\b|Schema<)|SqlSchema\.(?:findAll|findOne|single)\(/g)]
+        .map((m) => `${rel(file)}:${text.slice(0, m.index).split("\n").length}`)
+    })
+    expect(inline).toEqual([])
+  })
 })

@@ -3,9 +3,9 @@
  * drivers' array parsing) and rows are decoded, so a renamed column fails loudly. Only the hash and
  * display prefix of a secret are stored.
  */
-import { SqlClient, SqlSchema } from "@effect/sql"
+import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import { NullableTimestamp, orDieRows, Timestamp } from "../platform/Rows.js"
+import { findAll, findOne, NullableTimestamp, orDieRows, single, Timestamp } from "../platform/Rows.js"
 
 const KeyRow = Schema.Struct({
   id: Schema.String,
@@ -29,6 +29,9 @@ export interface NewKey {
   readonly inboxIds: ReadonlyArray<string> | null
 }
 
+/** Rows of "api key inboxes". */
+const ApiKeyInboxesRow = Schema.Struct({ id: Schema.String })
+
 export class ApiKeysRepo extends Effect.Service<ApiKeysRepo>()("mailroom/ApiKeysRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -36,14 +39,14 @@ export class ApiKeysRepo extends Effect.Service<ApiKeysRepo>()("mailroom/ApiKeys
 
     /** Which of `ids` are inboxes of the organization. */
     const existingInboxes = (orgId: string, ids: ReadonlyArray<string>) =>
-      SqlSchema.findAll({
+      findAll({
         Request: Schema.Void,
-        Result: Schema.Struct({ id: Schema.String }),
+        Result: ApiKeyInboxesRow,
         execute: () => sql`SELECT id FROM inboxes WHERE org_id = ${orgId} AND id IN ${sql.in(ids)}`
       })().pipe(Effect.map((rows) => rows.map((r) => r.id)), orDieRows("api key inboxes"))
 
     const insert = (k: NewKey) =>
-      SqlSchema.single({
+      single({
         Request: Schema.Void,
         Result: KeyRow,
         execute: () =>
@@ -55,7 +58,7 @@ export class ApiKeysRepo extends Effect.Service<ApiKeysRepo>()("mailroom/ApiKeys
       })().pipe(orDieRows("api key insert"))
 
     const listActive = (orgId: string) =>
-      SqlSchema.findAll({
+      findAll({
         Request: Schema.Void,
         Result: KeyRow,
         execute: () =>
@@ -65,7 +68,7 @@ export class ApiKeysRepo extends Effect.Service<ApiKeysRepo>()("mailroom/ApiKeys
 
     /** Revokes a live key; none when there is no such live key of the organization. */
     const revoke = (orgId: string, id: string) =>
-      SqlSchema.findOne({
+      findOne({
         Request: Schema.Void,
         Result: KeyRow,
         execute: () =>

@@ -6,7 +6,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
-import { decodeFirst, Enum, orDieRows, pageRows, Timestamp } from "../platform/Rows.js"
+import { decodeFirst, decodeRows, Enum, orDieRows, pageRows, Timestamp } from "../platform/Rows.js"
 import { SentRow } from "../sending/Repo.js"
 
 export const SuppressionRow = Schema.Struct({
@@ -39,7 +39,7 @@ export class SuppressionsRepo extends Effect.Service<SuppressionsRepo>()("mailro
     const suppressedAmong = (orgId: string, addresses: ReadonlyArray<string>) =>
       addresses.length === 0 ? Effect.succeed(new Set<string>()) : sql`
         SELECT address FROM suppressions WHERE org_id = ${orgId} AND address IN ${sql.in([...new Set(addresses)])}`.pipe(
-        Effect.flatMap((rows) => Schema.decodeUnknown(Schema.Array(Address))(rows)),
+        Effect.flatMap(decodeRows(Address, "suppressed addresses")),
         Effect.map((rows) => new Set(rows.map((r) => r.address))),
         orDieRows("suppressed addresses")
       )

@@ -4,10 +4,10 @@
  * decoded (status and endpoint kind checked, timestamps from either driver form), so a renamed or
  * retyped column fails a test instead of reaching a response.
  */
-import { SqlClient, SqlSchema, type Statement } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
-import { Count, orDieRows, Timestamp } from "../platform/Rows.js"
+import { Count, findAll, findOne, orDieRows, Timestamp } from "../platform/Rows.js"
 import { DeliveryStatus } from "./Api.js"
 import { totalExpression, type TotalFilter } from "./Counts.js"
 
@@ -53,12 +53,15 @@ export interface DeliveryFilter extends TotalFilter {
   readonly after: Position | undefined
 }
 
+/** Rows of "delivery payload". */
+const DeliveryPayloadRow = Schema.Struct({ payload: Schema.String })
+
 export class DeliveriesRepo extends Effect.Service<DeliveriesRepo>()("mailroom/DeliveriesRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
     const find = (orgId: string, id: string) =>
-      SqlSchema.findOne({
+      findOne({
         Request: Schema.Void,
         Result: DeliveryRow,
         execute: () =>
@@ -84,7 +87,7 @@ export class DeliveriesRepo extends Effect.Service<DeliveriesRepo>()("mailroom/D
         const counted = total ?? sql`SELECT count(*) FROM ${source} AS src WHERE ${sql.and(conds)}`
         // One round trip and one snapshot for the page and its total. The source is a plain
         // subquery, so the planner folds it into the scan (indexes still apply).
-        const rows = yield* SqlSchema.findAll({
+        const rows = yield* findAll({
           Request: Schema.Void,
           Result: PageRow,
           execute: () =>
@@ -122,9 +125,9 @@ export class DeliveriesRepo extends Effect.Service<DeliveriesRepo>()("mailroom/D
 
     /** The payload of the organization's first delivery of an event. */
     const firstPayloadOf = (orgId: string, eventId: string) =>
-      SqlSchema.findOne({
+      findOne({
         Request: Schema.Void,
-        Result: Schema.Struct({ payload: Schema.String }),
+        Result: DeliveryPayloadRow,
         execute: () =>
           sql`SELECT payload FROM deliveries WHERE org_id = ${orgId} AND event_id = ${eventId}
               ORDER BY created_at LIMIT 1`

@@ -53,6 +53,9 @@ const newKeyPair = Effect.promise(() =>
   })
 ).pipe(Effect.map(({ privateKey, publicKey }) => ({ privateKey, publicKey: Buffer.from(publicKey).toString("base64") })))
 
+/** Rows of "verified domain of address". */
+const VerifiedDomainOfAddressRow = Schema.Struct({ domain_id: Schema.String, key_id: Schema.NullOr(Schema.String) })
+
 export class DkimKeys extends Effect.Service<DkimKeys>()("mailroom/DkimKeys", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -136,7 +139,7 @@ export class DkimKeys extends Effect.Service<DkimKeys>()("mailroom/DkimKeys", {
         const found = yield* sql`SELECT d.id AS domain_id, k.id AS key_id FROM domains d
           LEFT JOIN dkim_keys k ON k.domain_id = d.id
           WHERE d.org_id = ${orgId} AND d.domain = ${domain} AND d.verified_at IS NOT NULL`.pipe(
-          firstRow(Schema.Struct({ domain_id: Schema.String, key_id: Schema.NullOr(Schema.String) }), "verified domain of address"),
+          firstRow(VerifiedDomainOfAddressRow, "verified domain of address"),
           Effect.orDie
         )
         if (Option.isNone(found)) return Option.none<DkimSigning>()

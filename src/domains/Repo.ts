@@ -25,6 +25,9 @@ export type DomainRow = typeof DomainRow.Type
 /** The row a statement that always returns one gave. */
 const one = (what: string) => (rows: ReadonlyArray<unknown>) => Effect.map(decodeRows(DomainRow, what)(rows), (r) => r[0]!)
 
+/** Rows of "verified domain names". */
+const VerifiedDomainNamesRow = Schema.Struct({ domain: Schema.String })
+
 export class DomainsRepo extends Effect.Service<DomainsRepo>()("mailroom/DomainsRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -85,7 +88,7 @@ export class DomainsRepo extends Effect.Service<DomainsRepo>()("mailroom/Domains
     /** Verified domain names of the organization. */
     const verifiedNames = (orgId: string) =>
       sql`SELECT domain FROM domains WHERE org_id = ${orgId} AND verified_at IS NOT NULL`.pipe(
-        allRows(Schema.Struct({ domain: Schema.String }), "verified domain names"),
+        allRows(VerifiedDomainNamesRow, "verified domain names"),
         Effect.map((rows) => rows.map((r) => r.domain)),
         Effect.orDie
       )

@@ -63,6 +63,9 @@ export const toDraft = (r: DraftRow): Draft => ({
   error: r.error
 })
 
+/** Rows of "unknown recipients". */
+const UnknownRecipientsRow = Schema.Struct({ a: Schema.String })
+
 export class DraftsRepo extends Effect.Service<DraftsRepo>()("mailroom/DraftsRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -137,7 +140,7 @@ export class DraftsRepo extends Effect.Service<DraftsRepo>()("mailroom/DraftsRep
           AND NOT EXISTS (
             SELECT 1 FROM sent_emails s, jsonb_array_elements_text(s.to_addresses || s.cc_addresses || s.bcc_addresses) AS r
             WHERE s.org_id = ${orgId} AND s.status = 'sent' AND (lower(r) = a OR right(lower(r), length(a) + 2) = '<' || a || '>'))`.pipe(
-        allRows(Schema.Struct({ a: Schema.String }), "unknown recipients"),
+        allRows(UnknownRecipientsRow, "unknown recipients"),
         Effect.map((rows) => rows.map((r) => r.a))
       )
 

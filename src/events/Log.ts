@@ -47,6 +47,10 @@ const EventRow = Schema.Struct({
   payload: Schema.NullOr(Schema.String)
 })
 
+
+/** Built once: a schema written where a statement runs is compiled again on every call. */
+const decodePositions = Schema.decodeUnknown(Schema.Array(PositionRow))
+const decodeEvents = Schema.decodeUnknown(Schema.Array(EventRow))
 export class EventLog extends Effect.Service<EventLog>()("mailroom/EventLog", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -74,7 +78,7 @@ export class EventLog extends Effect.Service<EventLog>()("mailroom/EventLog", {
     const positionOf = (orgId: string, eventId: string) =>
       sql`
         SELECT xid::text, seq::text FROM org_events WHERE org_id = ${orgId} AND event_id = ${eventId}`.pipe(
-        Effect.flatMap(Schema.decodeUnknown(Schema.Array(PositionRow))),
+        Effect.flatMap(decodePositions),
         Effect.map((rows): Position | undefined => (rows[0] === undefined ? undefined : { xid: rows[0].xid, seq: rows[0].seq })),
         rowsOrDie("event log position")
       )
@@ -90,7 +94,7 @@ export class EventLog extends Effect.Service<EventLog>()("mailroom/EventLog", {
           ${types.length > 0 ? sql`AND e.event_type IN ${sql.in(types)}` : sql``}
         ORDER BY e.xid, e.seq
         LIMIT ${PAGE}`.pipe(
-        Effect.flatMap(Schema.decodeUnknown(Schema.Array(EventRow))),
+        Effect.flatMap(decodeEvents),
         Effect.map((rows) =>
           rows.map((r): LoggedEvent => ({
             position: { xid: r.xid, seq: r.seq },

@@ -98,6 +98,9 @@ const nameTaken = () =>
 const SELECT_FUNCTION = `SELECT f.*, (SELECT e.id FROM endpoints e WHERE e.org_id = f.org_id AND e.function_id = f.id
   AND e.deactivated_at IS NULL LIMIT 1) AS endpoint_id FROM functions f`
 
+/** Rows of "function endpoints". */
+const FunctionEndpointsRow = Schema.Struct({ id: Schema.String, function_id: Schema.String })
+
 export class FunctionsRepo extends Effect.Service<FunctionsRepo>()("mailroom/FunctionsRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -148,7 +151,7 @@ export class FunctionsRepo extends Effect.Service<FunctionsRepo>()("mailroom/Fun
           rows.length === 0 ? Effect.succeed({ rows: [] as Array<FunctionRow>, total }) : Effect.map(
             sql`SELECT id, function_id FROM endpoints WHERE org_id = ${orgId}
               AND deactivated_at IS NULL AND function_id IN ${sql.in(rows.map((r) => r.id))}`.pipe(
-              allRows(Schema.Struct({ id: Schema.String, function_id: Schema.String }), "function endpoints")
+              allRows(FunctionEndpointsRow, "function endpoints")
             ),
             (eps) => {
               const byFunction = new Map(eps.map((e) => [e.function_id, e.id]))

@@ -48,6 +48,15 @@ const SessionRow = Schema.Struct({
 })
 const Id = Schema.Struct({ id: Schema.String })
 
+/** Rows of "open claim session". */
+const OpenClaimSessionRow = Schema.Struct({ last_sent_at: Timestamp })
+
+/** Rows of "claim wrong code". */
+const ClaimWrongCodeRow = Schema.Struct({ failed_attempts: Schema.Number })
+
+/** Rows of "claim link". */
+const ClaimLinkRow = Schema.Struct({ id: Schema.String, org_id: Schema.String })
+
 export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -95,7 +104,7 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
         const open = yield* sql`
           SELECT last_sent_at FROM claim_sessions
           WHERE org_id = ${orgId} AND completed_at IS NULL AND voided_at IS NULL AND expires_at > ${new Date(now)}
-          ORDER BY created_at DESC LIMIT 1`.pipe(allRows(Schema.Struct({ last_sent_at: Timestamp }), "open claim session"), Effect.orDie)
+          ORDER BY created_at DESC LIMIT 1`.pipe(allRows(OpenClaimSessionRow, "open claim session"), Effect.orDie)
         if (open[0]) {
           const elapsed = Math.floor((now - open[0].last_sent_at.getTime()) / 1000)
           if (elapsed < RESEND_AFTER_SECONDS) {
@@ -157,7 +166,7 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
               UPDATE claim_sessions SET failed_attempts = failed_attempts + 1,
                 voided_at = CASE WHEN failed_attempts + 1 >= ${MAX_WRONG_CODES} THEN now() ELSE voided_at END
               WHERE id = ${s.id} RETURNING failed_attempts`.pipe(
-              allRows(Schema.Struct({ failed_attempts: Schema.Number }), "claim wrong code")
+              allRows(ClaimWrongCodeRow, "claim wrong code")
             )
             return { ok: false, void: false, left: Math.max(0, MAX_WRONG_CODES - (updated[0]?.failed_attempts ?? MAX_WRONG_CODES)) } as const
           }).pipe(Effect.orDie),
@@ -213,7 +222,7 @@ export class Claim extends Effect.Service<Claim>()("mailroom/Claim", {
         return yield* sql`
           SELECT id, org_id FROM claim_links
           WHERE token_hash = ${sha256Hex(token)} AND used_at IS NULL AND expires_at > ${new Date(now)}`.pipe(
-          firstRow(Schema.Struct({ id: Schema.String, org_id: Schema.String }), "claim link"),
+          firstRow(ClaimLinkRow, "claim link"),
           Effect.orDie
         )
       })

@@ -14,6 +14,9 @@ import { escapeHtml, formFields, hidden, message, page, queryParam, sameOrigin, 
 
 const TITLE = "Claim a Mailroom agent account"
 
+/** Rows of "open claim session email". */
+const OpenClaimSessionEmailRow = Schema.Struct({ email: Schema.String })
+
 export const ClaimPageLive = HttpApiBuilder.Router.use((router) =>
   Effect.gen(function*() {
     const claim = yield* Claim
@@ -25,7 +28,7 @@ export const ClaimPageLive = HttpApiBuilder.Router.use((router) =>
         const rows = yield* sql`
           SELECT email FROM claim_sessions WHERE org_id = ${orgId} AND completed_at IS NULL AND voided_at IS NULL
             AND expires_at > ${new Date(now)} ORDER BY created_at DESC LIMIT 1`.pipe(
-          allRows(Schema.Struct({ email: Schema.String }), "open claim session email")
+          allRows(OpenClaimSessionEmailRow, "open claim session email")
         )
         return Option.fromNullable(rows[0]?.email)
       }).pipe(Effect.orDie)

@@ -26,6 +26,15 @@ export interface GrantInput {
 
 const GrantRow = Schema.Struct({ id: Schema.String, org_id: Schema.String, client_id: Schema.String })
 
+/** Rows of "organization name". */
+const OrganizationNameRow = Schema.Struct({ name: Schema.NullOr(Schema.String) })
+
+/** Rows of "grant insert". */
+const GrantInsertRow = Schema.Struct({ id: Schema.String })
+
+/** Rows of "reused grant revoke". */
+const ReusedGrantRevokeRow = Schema.Struct({ grant_id: Schema.String })
+
 export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -37,7 +46,7 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
 
     const orgName = (orgId: string) =>
       sql`SELECT name FROM organizations WHERE id = ${orgId}`.pipe(
-        allRows(Schema.Struct({ name: Schema.NullOr(Schema.String) }), "organization name"),
+        allRows(OrganizationNameRow, "organization name"),
         Effect.map((r) => r[0]?.name ?? null)
       )
 
@@ -69,7 +78,7 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
           VALUES (${input.orgId}, ${input.userId}, ${input.clientId}, ${input.deviceName}, ${sha256Hex(access)},
                   ${new Date(now + ACCESS_TOKEN_TTL_SECONDS * 1000)}, ${sha256Hex(refresh)},
                   ${new Date(now + REFRESH_TOKEN_TTL_SECONDS * 1000)})
-          RETURNING id`.pipe(allRows(Schema.Struct({ id: Schema.String }), "grant insert"))
+          RETURNING id`.pipe(allRows(GrantInsertRow, "grant insert"))
         return yield* tokenSet(rows[0]!.id, input.clientId, input.orgId, access, refresh)
       }).pipe(Effect.orDie, Effect.withSpan("Grants.issue"))
 
@@ -89,7 +98,7 @@ export class Grants extends Effect.Service<Grants>()("mailroom/Grants", {
           const reused = yield* sql`
             UPDATE oauth_grants SET revoked_at = coalesce(revoked_at, ${new Date(now)}), updated_at = ${new Date(now)}
             WHERE id = (SELECT grant_id FROM oauth_rotated_refresh_tokens WHERE token_hash = ${hash})
-            RETURNING id AS grant_id`.pipe(allRows(Schema.Struct({ grant_id: Schema.String }), "reused grant revoke"))
+            RETURNING id AS grant_id`.pipe(allRows(ReusedGrantRevokeRow, "reused grant revoke"))
           touched.push(...reused.map((r) => r.grant_id))
           return new InvalidGrant({
             message: reused.length > 0

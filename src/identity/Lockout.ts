@@ -16,6 +16,9 @@ import { allRows, Count } from "../platform/Rows.js"
 
 export const VERIFY_FAILURES_PER_EMAIL = { limit: 10, windowSeconds: 24 * 3600 } as const
 
+/** Rows of "verification failures". */
+const VerificationFailuresRow = Schema.Struct({ n: Count, oldest: Schema.NullOr(Schema.Number) })
+
 export class Lockout extends Effect.Service<Lockout>()("mailroom/Lockout", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -33,7 +36,7 @@ export class Lockout extends Effect.Service<Lockout>()("mailroom/Lockout", {
           const rows = yield* sql`
             SELECT count(*)::int AS n, extract(epoch FROM min(failed_at))::float8 AS oldest
             FROM verification_failures WHERE email = ${email} AND failed_at > ${new Date(now - policy.windowSeconds * 1000)}`.pipe(
-            allRows(Schema.Struct({ n: Count, oldest: Schema.NullOr(Schema.Number) }), "verification failures")
+            allRows(VerificationFailuresRow, "verification failures")
           )
           const { n, oldest } = rows[0] ?? { n: 0, oldest: null }
           if (n >= policy.limit) {

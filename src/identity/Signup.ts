@@ -89,6 +89,9 @@ export const tooSoon = (what: string, retryAfter: number, windowSeconds: number,
     )
   )
 
+/** Rows of "signup code redeem". */
+const SignupCodeRedeemRow = Schema.Struct({ plan: Plan })
+
 export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -248,7 +251,7 @@ export class Signup extends Effect.Service<Signup>()("mailroom/Signup", {
         if (session.signup_code_id !== null) {
           const rows = yield* sql`
             UPDATE signup_codes SET redeemed_at = now() WHERE id = ${session.signup_code_id} AND redeemed_at IS NULL
-            RETURNING plan`.pipe(allRows(Schema.Struct({ plan: Plan }), "signup code redeem"), Effect.orDie)
+            RETURNING plan`.pipe(allRows(SignupCodeRedeemRow, "signup code redeem"), Effect.orDie)
           if (!rows[0]) return yield* Effect.fail(invalidSignupCode())
           plan = rows[0].plan
         }

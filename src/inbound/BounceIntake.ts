@@ -18,6 +18,9 @@ export type RcptCheck =
   | { readonly _tag: "Unknown" }
   | { readonly _tag: "Accepted"; readonly sentEmailId: string }
 
+/** Rows of "organization inbox address". */
+const OrganizationInboxAddressRow = Schema.Struct({ address: Schema.NullOr(Schema.String) })
+
 export class BounceIntake extends Effect.Service<BounceIntake>()("mailroom/BounceIntake", {
   effect: Effect.gen(function*() {
     const verp = yield* Verp
@@ -35,7 +38,7 @@ export class BounceIntake extends Effect.Service<BounceIntake>()("mailroom/Bounc
     const inboxOf = (orgId: string) =>
       Effect.gen(function*() {
         const rows = yield* sql`SELECT managed_inbox_address AS address FROM organizations WHERE id = ${orgId}`.pipe(
-          allRows(Schema.Struct({ address: Schema.NullOr(Schema.String) }), "organization inbox address")
+          allRows(OrganizationInboxAddressRow, "organization inbox address")
         )
         const address = rows[0]?.address
         if (address === null || address === undefined) return Option.none<Recipient>()

@@ -58,6 +58,9 @@ export const localAuthentication = (analysis: Analysis, message: LocalMessage): 
   }
 }
 
+/** Rows of "verified domains". */
+const VerifiedDomainsRow = Schema.Struct({ domain: Schema.String })
+
 export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
   const port = yield* LocalDelivery
   const config = yield* AppConfig
@@ -77,7 +80,7 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
       : sql`
           SELECT DISTINCT domain FROM domains
           WHERE domain IN ${sql.in(domains)} AND verified_at IS NOT NULL AND is_active`.pipe(
-          allRows(Schema.Struct({ domain: Schema.String }), "verified domains"),
+          allRows(VerifiedDomainsRow, "verified domains"),
           Effect.map((rows) => new Set(rows.map((r) => r.domain))),
           Effect.orDie
         )

@@ -4,9 +4,9 @@
  * lock, so concurrent creates see each other's sessions. Rows are decoded (timestamps from either
  * driver form), so a renamed column fails a test.
  */
-import { SqlClient, SqlSchema } from "@effect/sql"
+import { SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
-import { Count, orDieRows, Timestamp } from "../platform/Rows.js"
+import { Count, findAll, findOne, orDieRows, single, Timestamp } from "../platform/Rows.js"
 import { LISTEN_MAX_ACTIVE_SESSIONS } from "./Api.js"
 
 const BATCH = 50
@@ -33,12 +33,15 @@ const EventRow = Schema.Struct({
 })
 export type EventRow = typeof EventRow.Type
 
+/** The count of an organization's active sessions. */
+const ActiveSessionCountRow = Schema.Struct({ n: Count })
+
 export class ListenSessions extends Effect.Service<ListenSessions>()("mailroom/ListenSessions", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
     const session = (what: string, execute: () => Effect.Effect<ReadonlyArray<unknown>, unknown>) =>
-      SqlSchema.findOne({ Request: Schema.Void, Result: SessionRow, execute })().pipe(orDieRows(what))
+      findOne({ Request: Schema.Void, Result: SessionRow, execute })().pipe(orDieRows(what))
 
     /** Extends a session of the organization to `until`; none when it does not exist. */
     const touch = (orgId: string, id: string, until: Date) =>
@@ -47,7 +50,7 @@ export class ListenSessions extends Effect.Service<ListenSessions>()("mailroom/L
 
     /** Takes (and removes) the session's queued copies, oldest first. */
     const take = (id: string) =>
-      SqlSchema.findAll({
+      findAll({
         Request: Schema.Void,
         Result: EventRow,
         execute: () =>
@@ -68,14 +71,14 @@ export class ListenSessions extends Effect.Service<ListenSessions>()("mailroom/L
         yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${SESSION_CAP_LOCK + orgId}, 0))`
         yield* sql`DELETE FROM listen_sessions
                    WHERE org_id = ${orgId} AND expires_at < ${new Date(now.getTime() - EXPIRED_KEPT_MS)}`
-        const active = yield* SqlSchema.single({
+        const active = yield* single({
           Request: Schema.Void,
-          Result: Schema.Struct({ n: Count }),
+          Result: ActiveSessionCountRow,
           execute: () => sql`SELECT count(*)::int AS n FROM listen_sessions WHERE org_id = ${orgId} AND expires_at > ${now}`
         })()
         if (active.n >= LISTEN_MAX_ACTIVE_SESSIONS) return Option.none<SessionRow>()
         return Option.some(
-          yield* SqlSchema.single({
+          yield* single({
             Request: Schema.Void,
             Result: SessionRow,
             execute: () =>

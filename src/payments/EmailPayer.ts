@@ -60,6 +60,15 @@ export const json64 = (value: unknown) => Buffer.from(JSON.stringify(value, null
 /** Relay outcomes after which the mail may have left: the spend it carried stays counted. */
 const MAYBE_SENT = new Set(["OutboundRelayTimeout", "OutboundResponseMalformed"])
 
+/** Rows of "raw of payment email". */
+const RawOfPaymentEmailRow = Schema.Struct({ raw: Schema.NullOr(Schema.Uint8ArrayFromSelf) })
+
+/** Rows of "earlier email spend". */
+const EarlierEmailSpendRow = Schema.Struct({ amount: Schema.String, spent_at: Timestamp })
+
+/** Rows of "email spend insert". */
+const EmailSpendInsertRow = Schema.Struct({ id: Schema.String })
+
 export const makeEmailPayer = (deps: {
   readonly sql: SqlClient.SqlClient
   readonly payments: PaymentsService
@@ -75,7 +84,7 @@ export const makeEmailPayer = (deps: {
       const rows = yield* sql`
         SELECT c.raw FROM emails e JOIN email_contents c ON c.email_id = e.id
         WHERE e.id = ${emailId} AND e.org_id = ${orgId}`.pipe(
-        allRows(Schema.Struct({ raw: Schema.NullOr(Schema.Uint8ArrayFromSelf) }), "raw of payment email"),
+        allRows(RawOfPaymentEmailRow, "raw of payment email"),
         Effect.orDie
       )
       const raw = rows[0]?.raw
@@ -129,7 +138,7 @@ export const makeEmailPayer = (deps: {
         const earlier = yield* sql`
           SELECT amount::text AS amount, spent_at FROM payment_email_spends
           WHERE org_id = ${orgId} AND network = ${auth.network} AND asset = ${asset} AND payer_address = ${payer}
-            AND nonce = ${auth.nonce}`.pipe(allRows(Schema.Struct({ amount: Schema.String, spent_at: Timestamp }), "earlier email spend"))
+            AND nonce = ${auth.nonce}`.pipe(allRows(EarlierEmailSpendRow, "earlier email spend"))
         let spentToday = yield* repo.spentBy(orgId, day.start, day.end)
         // The same authorization mailed again commits nothing more.
         const again = earlier[0]
@@ -144,7 +153,7 @@ export const makeEmailPayer = (deps: {
           VALUES (${orgId}, ${emailId}, ${auth.network}, ${asset}, ${payer}, ${auth.nonce}, ${auth.to}, ${challengeId},
             ${auth.value.toString()}::numeric, ${new Date(nowMs)})
           ON CONFLICT (org_id, network, asset, payer_address, nonce) DO NOTHING RETURNING id`.pipe(
-          allRows(Schema.Struct({ id: Schema.String }), "email spend insert")
+          allRows(EmailSpendInsertRow, "email spend insert")
         )
         return rows[0]?.id ?? null
       }).pipe(

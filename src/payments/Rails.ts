@@ -2,11 +2,11 @@
  * The two rails a payment travels, as the pipeline sees them: who guards it (the payer's spend policy
  * on the HTTP rail, the payee's settle caps on the email rail) and who hears of it.
  */
-import { type SqlClient, SqlSchema } from "@effect/sql"
+import { type SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { capped, declined, type PaymentFailure } from "./Failures.js"
 import { evaluatePolicy, utcDay } from "./Policy.js"
-import { rowsOrDieOnParse } from "../platform/Rows.js"
+import { findOne, rowsOrDieOnParse } from "../platform/Rows.js"
 import { type ChallengeRow, type PaymentsRepo, PolicyRow, policyOf } from "./Repo.js"
 import type { SettleCaps } from "./SettleCaps.js"
 
@@ -31,7 +31,7 @@ export interface Rail {
 export const lockedPolicy = (sql: SqlClient.SqlClient, orgId: string) =>
   Effect.gen(function*() {
     yield* sql`INSERT INTO payment_policies (org_id) VALUES (${orgId}) ON CONFLICT (org_id) DO NOTHING`
-    const row = yield* SqlSchema.findOne({
+    const row = yield* findOne({
       Request: Schema.String,
       Result: PolicyRow,
       execute: (orgId) =>

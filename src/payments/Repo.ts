@@ -1,8 +1,8 @@
 /** SQL of the Payments area and the mapping of its rows to the API's representations. */
-import { SqlClient, SqlSchema } from "@effect/sql"
+import { SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
-import { allRows, Count, NullableTimestamp, rowsOrDie, TextArray, Timestamp } from "../platform/Rows.js"
+import { allRows, Count, findAll, findOne, NullableTimestamp, rowsOrDie, single, TextArray, Timestamp } from "../platform/Rows.js"
 import type { Challenge, Payment, PaymentRequired, PayoutAddress } from "./Api.js"
 import { atomicOf, fromAtomic } from "./Money.js"
 import { networkInfo } from "./Networks.js"
@@ -162,11 +162,20 @@ export const visibleTo = (sql: SqlClient.SqlClient, orgId: string, direction: "i
   return direction === "out" ? out : direction === "in" ? inbound : sql`(${out} OR ${inbound})`
 }
 
+/** Rows of "spent by payer". */
+const SpentByPayerRow = Schema.Struct({ total: Schema.String })
+
+/** Rows of "payout address". */
+const PayoutAddress2Row = Schema.Struct({ address: Schema.String })
+
+/** Rows of "payout address owners". */
+const PayoutAddressOwnersRow = Schema.Struct({ org_id: Schema.String })
+
 export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payments/PaymentsRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const findChallenge = SqlSchema.findOne({
+    const findChallenge = findOne({
       Request: Schema.String,
       Result: ChallengeRow,
       execute: (id) => sql`SELECT ${sql.literal(CHALLENGE_COLUMNS)} FROM payment_challenges p WHERE p.id = ${id}`
@@ -174,7 +183,7 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
 
     /** A payment the organization sees (`visibleTo`). */
     const findPayment = (orgId: string, id: string) =>
-      SqlSchema.findOne({
+      findOne({
         Request: Schema.String,
         Result: PaymentRow,
         execute: (id) =>
@@ -182,7 +191,7 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
       })(id).pipe(rowsOrDie("payment by id"))
 
     const policyRow = (orgId: string) =>
-      SqlSchema.findOne({
+      findOne({
         Request: Schema.String,
         Result: PolicyRow,
         execute: (orgId) =>
@@ -215,19 +224,19 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
           + (SELECT coalesce(sum(amount), 0) FROM payment_email_spends
              WHERE org_id = ${payerOrgId} AND spent_at >= ${start} AND spent_at < ${end})
         )::text AS total`.pipe(
-        allRows(Schema.Struct({ total: Schema.String }), "spent by payer"),
+        allRows(SpentByPayerRow, "spent by payer"),
         Effect.map((rows) => atomicOf(rows[0]?.total ?? "0")),
         Effect.orDie
       )
 
     const payoutAddress = (orgId: string, network: string) =>
       sql`SELECT address FROM payout_addresses WHERE org_id = ${orgId} AND network = ${network}`.pipe(
-        allRows(Schema.Struct({ address: Schema.String }), "payout address"),
+        allRows(PayoutAddress2Row, "payout address"),
         Effect.map((rows) => Option.fromNullable(rows[0]?.address)),
         Effect.orDie
       )
 
-    const payoutAddresses = SqlSchema.findAll({
+    const payoutAddresses = findAll({
       Request: Schema.String,
       Result: PayoutAddressRow,
       execute: (orgId) =>
@@ -235,7 +244,7 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
     })
 
     const setPayoutAddress = (orgId: string, network: string, address: string) =>
-      SqlSchema.single({
+      single({
         Request: Schema.Void,
         Result: PayoutAddressRow,
         execute: () =>
@@ -247,7 +256,7 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
     /** The organizations whose payout address on `network` is `address` (any case). */
     const ownersOf = (network: string, address: string) =>
       sql`SELECT org_id FROM payout_addresses WHERE network = ${network} AND lower(address) = ${address.toLowerCase()}`.pipe(
-        allRows(Schema.Struct({ org_id: Schema.String }), "payout address owners"),
+        allRows(PayoutAddressOwnersRow, "payout address owners"),
         Effect.map((rows) => rows.map((r) => r.org_id)),
         Effect.orDie
       )
@@ -269,7 +278,7 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
       if (status === "expired") conds.push(sql`p.paid_at IS NULL AND p.expires_at <= ${now}`)
       const page = after === undefined ? conds : [...conds, sql`(p.created_at, p.id) < (${after.createdAt}, ${after.id})`]
       return Effect.all([
-        SqlSchema.findAll({
+        findAll({
           Request: Schema.Void,
           Result: ChallengeRow,
           execute: () =>
@@ -292,7 +301,7 @@ export class PaymentsRepo extends Effect.Service<PaymentsRepo>()("mailroom/payme
       if (status !== undefined) conds.push(sql`p.status = ${status}`)
       const page = after === undefined ? conds : [...conds, sql`(p.created_at, p.id) < (${after.createdAt}, ${after.id})`]
       return Effect.all([
-        SqlSchema.findAll({
+        findAll({
           Request: Schema.Void,
           Result: PaymentRow,
           execute: () =>
@@ -324,7 +333,7 @@ const CountRow = Schema.Struct({ n: Count })
 
 /** The `n` of a one-row count statement. */
 const countOf = <E, R>(statement: Effect.Effect<ReadonlyArray<unknown>, E, R>) =>
-  SqlSchema.single({ Request: Schema.Void, Result: CountRow, execute: () => statement })(undefined).pipe(
+  single({ Request: Schema.Void, Result: CountRow, execute: () => statement })(undefined).pipe(
     Effect.map((r) => r.n)
   )
 

@@ -63,3 +63,7 @@ export const PAYMENT_COLUMNS = `id, challenge_id, rail, payer_org_id, payee_org_
 export const challengeRows = allRows(ChallengeRow, "payment challenge")
 /** Decodes a statement's payment rows. */
 export const paymentRows = allRows(PaymentRow, "payment")
+
+/** Which challenge holds a payer's nonce, and whether a nonce is taken by another challenge. */
+export const NonceHolderRow = Schema.Struct({ challenge_id: Schema.String })
+export const NonceTakenRow = Schema.Struct({ taken: Schema.Boolean })

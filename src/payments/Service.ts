@@ -37,7 +37,7 @@ import { atomicOf, toAtomic } from "./Money.js"
 import { networkInfo } from "./Networks.js"
 import { makeRails, type Rail } from "./Rails.js"
 import { type ChallengeRow, paymentEventData, paymentRequiredOf, type PaymentRow, PaymentsRepo, toPayment } from "./Repo.js"
-import { CHALLENGE_COLUMNS, challengeRows, PAYMENT_COLUMNS, paymentRows } from "./Rows.js"
+import { CHALLENGE_COLUMNS, challengeRows, NonceHolderRow, NonceTakenRow, PAYMENT_COLUMNS, paymentRows } from "./Rows.js"
 import { SettleCaps } from "./SettleCaps.js"
 import { type Authorization, payloadNonce, payloadValue, verifyPayment } from "./Verifier.js"
 
@@ -201,7 +201,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
           const holder = yield* sql`
             SELECT challenge_id FROM payment_nonces WHERE network = ${a.challenge.network}
               AND asset = ${a.challenge.asset.toLowerCase()} AND payer_address = ${auth.from.toLowerCase()} AND nonce = ${auth.nonce}`
-            .pipe(allRows(Schema.Struct({ challenge_id: Schema.String }), "payment nonce holder"))
+            .pipe(allRows(NonceHolderRow, "payment nonce holder"))
           if (holder[0]?.challenge_id !== a.challenge.id) return yield* new NonceTaken()
         }
         const rows = yield* sql.unsafe(
@@ -305,7 +305,7 @@ export class PaymentsService extends Effect.Service<PaymentsService>()("mailroom
               SELECT 1 FROM payment_nonces WHERE network = ${challenge.network} AND asset = ${challenge.asset.toLowerCase()}
                 AND payer_address = ${n.from.toLowerCase()} AND nonce = ${n.nonce} AND challenge_id <> ${challenge.id})
             OR EXISTS (SELECT 1 FROM payment_challenges WHERE nonce = ${n.nonce} AND id <> ${challenge.id}) AS taken`
-          .pipe(allRows(Schema.Struct({ taken: Schema.Boolean }), "payment nonce taken"))
+          .pipe(allRows(NonceTakenRow, "payment nonce taken"))
         return rows[0]?.taken === true
       }).pipe(Effect.orDie)
 

@@ -39,6 +39,9 @@ const CapsRow = Schema.Struct({
   monthly: Schema.NullOr(Schema.String)
 })
 
+/** Rows of "settle cap usage". */
+const SettleCapUsageRow = Schema.Struct({ today: Schema.String, month: Schema.String })
+
 export class SettleCaps extends Effect.Service<SettleCaps>()("mailroom/payments/SettleCaps", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -68,7 +71,7 @@ export class SettleCaps extends Effect.Service<SettleCaps>()("mailroom/payments/
           FROM payments
           WHERE payee_org_id = ${orgId} AND rail = 'email' AND status IN ('settling', 'settled')
             AND spent_at >= ${month.start} AND spent_at < ${month.end}`
-          .pipe(allRows(Schema.Struct({ today: Schema.String, month: Schema.String }), "settle cap usage"))
+          .pipe(allRows(SettleCapUsageRow, "settle cap usage"))
         return { today: atomicOf(rows[0]?.today ?? "0"), month: atomicOf(rows[0]?.month ?? "0") }
       })
 

@@ -1,6 +1,6 @@
 /**
  * Schemas of row fields as the database drivers return them, for repositories that decode their
- * rows (`SqlSchema.findAll` / `findOne` / `single` / `void`) instead of casting them.
+ * rows (`allRows`, `firstRow`, and `findAll` / `findOne` / `single` as `SqlSchema` has them) instead of casting them.
  *
  * Both databases are read through node-postgres, but a column's JavaScript form still depends on its
  * type and on how the statement spells it: `timestamptz` arrives as a Date, yet as a string once it
@@ -11,8 +11,7 @@
  * A row that does not match is a programming error, not a caller's: `orDieRows` turns the parse
  * error (and the SQL error) into a defect whose message names the statement.
  */
-import { SqlSchema } from "@effect/sql"
-import { Effect, Option, ParseResult, Schema } from "effect"
+import { Cause, Effect, Option, ParseResult, Schema } from "effect"
 
 /** A point in time: a Date, or the ISO/PostgreSQL text of one. Decodes to a Date. */
 export const Timestamp: Schema.Schema<Date, Date | string> = Schema.Union(Schema.DateFromSelf, Schema.DateFromString)
@@ -51,18 +50,48 @@ export const orDieRows = (what: string) =>
         : e
     ))
 
+type Decoder<A, R> = (u: unknown) => Effect.Effect<A, ParseResult.ParseError, R>
+
+/**
+ * The decoders of each row schema, built once. `Schema.Array(Result)` is a new schema each time it
+ * is written, and decoding with a new schema compiles its parser again: done per statement (as
+ * `SqlSchema.findAll` does when it is called per statement) that was a few percent of the CPU of
+ * every request that reads rows. A schema written inline where a statement runs is still a new
+ * object each time: row schemas belong at module level.
+ */
+const arrayDecoders = new WeakMap<object, Decoder<ReadonlyArray<unknown>, unknown>>()
+const rowDecoders = new WeakMap<object, Decoder<unknown, unknown>>()
+
+const decodeArray = <A, I, R>(schema: Schema.Schema<A, I, R>): Decoder<ReadonlyArray<A>, R> => {
+  let decoder = arrayDecoders.get(schema)
+  if (decoder === undefined) {
+    decoder = Schema.decodeUnknown(Schema.Array(schema)) as Decoder<ReadonlyArray<unknown>, unknown>
+    arrayDecoders.set(schema, decoder)
+  }
+  return decoder as Decoder<ReadonlyArray<A>, R>
+}
+
+const decodeRow = <A, I, R>(schema: Schema.Schema<A, I, R>): Decoder<A, R> => {
+  let decoder = rowDecoders.get(schema)
+  if (decoder === undefined) {
+    decoder = Schema.decodeUnknown(schema) as Decoder<unknown, unknown>
+    rowDecoders.set(schema, decoder)
+  }
+  return decoder as Decoder<A, R>
+}
+
 /**
  * Decodes rows already fetched (a statement wrapped by a helper such as `catchUnique` or
  * `pageWithTotal`), dying like `orDieRows` when one does not match.
  */
 export const decodeRows = <A, I>(schema: Schema.Schema<A, I>, what: string) => (rows: ReadonlyArray<unknown>) =>
-  Schema.decodeUnknown(Schema.Array(schema))(rows).pipe(orDieRows(what))
+  decodeArray(schema)(rows).pipe(orDieRows(what))
 
 /** The first of the rows, decoded; none when there are no rows. */
 export const decodeFirst = <A, I>(schema: Schema.Schema<A, I>, what: string) => (rows: ReadonlyArray<unknown>) =>
   rows.length === 0
     ? Effect.succeed(Option.none<A>())
-    : Schema.decodeUnknown(schema)(rows[0]).pipe(Effect.map(Option.some), orDieRows(what))
+    : decodeRow(schema)(rows[0]).pipe(Effect.map(Option.some), orDieRows(what))
 
 /** Dies, naming the query, when a row does not decode; other failures (SqlError) stay typed for the caller. */
 export const rowsOrDieOnParse = (query: string) =>
@@ -78,25 +107,25 @@ export const rowsOrDie = (query: string) => <A, E, R>(self: Effect.Effect<A, E, 
   Effect.orDie(rowsOrDieOnParse(query)(self))
 
 /**
- * Every row of a statement decoded with `Result` (`SqlSchema.findAll`); a row that does not decode
- * dies naming `query`, while the statement's own failures (SqlError) stay for the caller to handle.
+ * Every row of a statement decoded with `Result` (what `SqlSchema.findAll` does, with the decoder
+ * built once per schema); a row that does not decode dies naming `query`, while the statement's own
+ * failures (SqlError) stay for the caller to handle.
  */
 export const allRows = <A, I, RS>(Result: Schema.Schema<A, I, RS>, query: string) =>
 <E, R>(statement: Effect.Effect<ReadonlyArray<unknown>, E, R>): Effect.Effect<ReadonlyArray<A>, E, R | RS> =>
-  SqlSchema.findAll({ Request: Schema.Void, Result, execute: () => statement })(undefined).pipe(
-    rowsOrDieOnParse(query)
-  ) as Effect.Effect<ReadonlyArray<A>, E, R | RS>
+  Effect.flatMap(statement, decodeArray(Result)).pipe(rowsOrDieOnParse(query)) as Effect.Effect<ReadonlyArray<A>, E, R | RS>
 
-/** The first row of a statement, if any, decoded with `Result` (`SqlSchema.findOne`); as `allRows` for failures. */
+/** The first row of a statement, if any, decoded with `Result` (as `SqlSchema.findOne`); as `allRows` for failures. */
 export const firstRow = <A, I, RS>(Result: Schema.Schema<A, I, RS>, query: string) =>
 <E, R>(statement: Effect.Effect<ReadonlyArray<unknown>, E, R>): Effect.Effect<Option.Option<A>, E, R | RS> =>
-  SqlSchema.findOne({ Request: Schema.Void, Result, execute: () => statement })(undefined).pipe(
-    rowsOrDieOnParse(query)
-  ) as Effect.Effect<Option.Option<A>, E, R | RS>
+  Effect.flatMap(statement, (rows) =>
+    Array.isArray(rows) && rows.length > 0
+      ? Effect.asSome(decodeRow(Result)(rows[0]))
+      : Effect.succeedNone).pipe(rowsOrDieOnParse(query)) as Effect.Effect<Option.Option<A>, E, R | RS>
 
 /** A page's rows (platform/Listing.ts selects `*`) decoded with `Result`. */
 export const pageRows = <A, I>(Result: Schema.Schema<A, I>, query: string) => {
-  const decode = Schema.decodeUnknown(Schema.Array(Result))
+  const decode = decodeArray(Result)
   return <E, R>(page: Effect.Effect<{ readonly rows: ReadonlyArray<unknown>; readonly total: number }, E, R>) =>
     Effect.flatMap(page, ({ rows, total }) =>
       decode(rows).pipe(
@@ -104,3 +133,48 @@ export const pageRows = <A, I>(Result: Schema.Schema<A, I>, query: string) => {
         rowsOrDieOnParse(query)
       ))
 }
+
+const encoders = new WeakMap<object, (a: unknown) => Effect.Effect<unknown, ParseResult.ParseError, unknown>>()
+
+const encodeWith = <A, I, R>(schema: Schema.Schema<A, I, R>) => {
+  let encoder = encoders.get(schema)
+  if (encoder === undefined) {
+    encoder = Schema.encode(schema) as (a: unknown) => Effect.Effect<unknown, ParseResult.ParseError, unknown>
+    encoders.set(schema, encoder)
+  }
+  return encoder as (a: A) => Effect.Effect<I, ParseResult.ParseError, R>
+}
+
+/** `SqlSchema.findAll`, with its encoder and decoder built once per schema (see `arrayDecoders`). */
+export const findAll = <IR, II, IA, AR, AI, A, R, E>(options: {
+  readonly Request: Schema.Schema<IA, II, IR>
+  readonly Result: Schema.Schema<A, AI, AR>
+  readonly execute: (request: II) => Effect.Effect<ReadonlyArray<unknown>, E, R>
+}) =>
+(request: IA): Effect.Effect<ReadonlyArray<A>, E | ParseResult.ParseError, R | IR | AR> =>
+  Effect.flatMap(Effect.flatMap(encodeWith(options.Request)(request), options.execute), decodeArray(options.Result))
+
+/** `SqlSchema.findOne`, with its encoder and decoder built once per schema. */
+export const findOne = <IR, II, IA, AR, AI, A, R, E>(options: {
+  readonly Request: Schema.Schema<IA, II, IR>
+  readonly Result: Schema.Schema<A, AI, AR>
+  readonly execute: (request: II) => Effect.Effect<ReadonlyArray<unknown>, E, R>
+}) =>
+(request: IA): Effect.Effect<Option.Option<A>, E | ParseResult.ParseError, R | IR | AR> =>
+  Effect.flatMap(
+    Effect.flatMap(encodeWith(options.Request)(request), options.execute),
+    (rows) => Array.isArray(rows) && rows.length > 0 ? Effect.asSome(decodeRow(options.Result)(rows[0])) : Effect.succeedNone
+  )
+
+/** `SqlSchema.single`, with its encoder and decoder built once per schema. */
+export const single = <IR, II, IA, AR, AI, A, R, E>(options: {
+  readonly Request: Schema.Schema<IA, II, IR>
+  readonly Result: Schema.Schema<A, AI, AR>
+  readonly execute: (request: II) => Effect.Effect<ReadonlyArray<unknown>, E, R>
+}) =>
+(request: IA): Effect.Effect<A, E | ParseResult.ParseError | Cause.NoSuchElementException, R | IR | AR> =>
+  Effect.flatMap(
+    Effect.flatMap(encodeWith(options.Request)(request), options.execute),
+    (rows): Effect.Effect<A, ParseResult.ParseError | Cause.NoSuchElementException, AR> =>
+      Array.isArray(rows) && rows.length > 0 ? decodeRow(options.Result)(rows[0]) : Effect.fail(new Cause.NoSuchElementException())
+  )

@@ -19,6 +19,9 @@ export interface RouteTarget {
   readonly function_id?: string
 }
 
+/** Rows of "inbox addresses of route". */
+const InboxAddressesOfRouteRow = Schema.Struct({ a: Schema.String })
+
 export class RoutesService extends Effect.Service<RoutesService>()("mailroom/RoutesService", {
   effect: Effect.gen(function*() {
     const repo = yield* RoutesRepo
@@ -36,7 +39,7 @@ export class RoutesService extends Effect.Service<RoutesService>()("mailroom/Rou
         if (p === undefined) return yield* invalid("pattern", "must be an address pattern such as support@acme.com or *@acme.com")
         if (p.domain === managed) {
           const rows = yield* sql`SELECT address AS a FROM inboxes WHERE org_id = ${org}`.pipe(
-            allRows(Schema.Struct({ a: Schema.String }), "inbox addresses of route"),
+            allRows(InboxAddressesOfRouteRow, "inbox addresses of route"),
             Effect.orDie
           )
           const locals = rows.map((r) => r.a.split("@")[0]!)

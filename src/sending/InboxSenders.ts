@@ -11,6 +11,9 @@ import { inboxesOf } from "../platform/InboxLimit.js"
 import { allRows } from "../platform/Rows.js"
 import { parseMailbox } from "../mail/Addresses.js"
 
+/** Rows of "inbox addresses of key". */
+const InboxAddressesOfKeyRow = Schema.Struct({ id: Schema.String, address: Schema.String })
+
 /** The addresses of the key's inboxes in the key's order; undefined for a caller with no inbox limit. */
 const addressesOf = (sql: SqlClient.SqlClient, p: Principal) =>
   Effect.gen(function*() {
@@ -19,7 +22,7 @@ const addressesOf = (sql: SqlClient.SqlClient, p: Principal) =>
     if (ids.length === 0) return []
     const rows = yield* sql`
       SELECT id, address FROM inboxes WHERE org_id = ${p.orgId} AND id IN ${sql.in(ids)}`.pipe(
-      allRows(Schema.Struct({ id: Schema.String, address: Schema.String }), "inbox addresses of key"),
+      allRows(InboxAddressesOfKeyRow, "inbox addresses of key"),
       Effect.orDie
     )
     return ids.flatMap((id) => rows.filter((r) => r.id === id).map((r) => r.address.toLowerCase()))

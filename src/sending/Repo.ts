@@ -160,6 +160,15 @@ export const toSentEmailDetail = (r: SentRow, c: Option.Option<ContentRow>): Sen
 export const attachmentMeta = (list: ReadonlyArray<StoredAttachment>) =>
   list.map((a) => ({ filename: a.filename, content_type: a.content_type, size_bytes: Buffer.from(a.content_base64, "base64").length }))
 
+/** Rows of "sent email insert with usage". */
+const SentEmailInsertWithUsageRow = Schema.Struct({ ...SentRow.fields, quota_usage: JsonColumn(UsageJson) })
+
+/** Rows of "next due send". */
+const NextDueSendRow = Schema.Struct({ due: NullableTimestamp })
+
+/** Rows of "automated sends in thread". */
+const AutomatedSendsInThreadRow = Schema.Struct({ n: Count, oldest: NullableTimestamp })
+
 export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/SendingRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -202,7 +211,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
     /** `recordSentEmail` with the usage before it (see `writeSentEmail`); the caller holds the quota lock. */
     const recordCounted = (m: NewSentEmail, at: Date) =>
       writeSentEmail(m, at).pipe(
-        allRows(Schema.Struct({ ...SentRow.fields, quota_usage: JsonColumn(UsageJson) }), "sent email insert with usage"),
+        allRows(SentEmailInsertWithUsageRow, "sent email insert with usage"),
         Effect.map((rows) => {
           const { quota_usage, ...row } = rows[0]!
           return { row: row as SentRow, usage: quota_usage }
@@ -293,7 +302,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
     /** The earliest due time of a scheduled send (the timers sleep until then). */
     const nextDue = sql`SELECT min(GREATEST(due_at, coalesce(lease_until, due_at))) AS due
       FROM sent_emails WHERE status IN ('scheduled', 'sending')`.pipe(
-      firstRow(Schema.Struct({ due: NullableTimestamp }), "next due send"),
+      firstRow(NextDueSendRow, "next due send"),
       Effect.map((row) => Option.isSome(row) ? row.value.due : null),
       Effect.orDie
     )
@@ -337,7 +346,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
       sql`
         SELECT count(*)::int AS n, min(created_at) AS oldest FROM sent_emails
         WHERE thread_id = ${threadId} AND automated AND status <> 'canceled' AND created_at > ${since}`.pipe(
-        allRows(Schema.Struct({ n: Count, oldest: NullableTimestamp }), "automated sends in thread"),
+        allRows(AutomatedSendsInThreadRow, "automated sends in thread"),
         Effect.map((rows) => rows[0] ?? { n: 0, oldest: null }),
         Effect.orDie
       )

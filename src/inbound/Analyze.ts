@@ -7,7 +7,6 @@ import { type AuthCheckOptions, type AuthResults, checkAuthenticity, NO_AUTH_CHE
 import { classify, type EventType } from "./Classify.js"
 import { emptyParsed, parseEmail, type ParsedEmail } from "../mail/Parse.js"
 import { scoreSpam, type SpamVerdict } from "./SpamScore.js"
-import { replyTextOf } from "../mail/ReplyText.js"
 import { type Signal, trustSignals } from "../mail/Signals.js"
 
 export interface Analysis {
@@ -23,8 +22,8 @@ export interface Analysis {
   /** Trust signals the content raises (src/mail/Signals.ts). */
   readonly signals: ReadonlyArray<Signal>
   /**
-   * The reply text of `parsed` (`replyTextOf`), computed with the rest so that a worker thread does
-   * it; undefined when it could not be (it is then computed where it is needed, and fails there).
+   * The reply text of `parsed` (`replyTextOf`) when a worker thread analysed the message and
+   * computed it there (AnalyzeWorker.ts); otherwise it is computed where it is needed.
    */
   readonly replyText?: string | null | undefined
 }
@@ -85,15 +84,6 @@ export const analyze = async (raw: Buffer, auth: AuthCheckOptions | null): Promi
     spam: scoreSpam(parsed, results),
     event: classify(parsed, raw),
     // A rule failing on strange input must not cost the message its acceptance.
-    signals: parseError === null ? safeSignals(parsed) : [],
-    replyText: safeReplyText(parsed)
-  }
-}
-
-const safeReplyText = (parsed: ParsedEmail): string | null | undefined => {
-  try {
-    return replyTextOf(parsed)
-  } catch {
-    return undefined
+    signals: parseError === null ? safeSignals(parsed) : []
   }
 }

@@ -4,11 +4,12 @@
  * header) holds the service's event loop: SMTP, HTTP and deliveries keep their latency while such a
  * message is parsed. Mail of a few kilobytes and more goes there too: the analysis of a 10 KB
  * message is about 1.5 ms of CPU (the reply text's parse most of it, and it grows with the text),
- * and on the main thread it held up everything else the process does; handed over, ingestion of
- * 10 KB messages accepted 13-15% more mail per second with less CPU per message in all (larger
- * group commits), for about 90 MB more RSS, the worker's own copy of the parsers. Below
- * `IN_THREAD_BYTES` the handing over costs about what it saves (a 1.3 KB message end to end: no
- * gain), so small mail stays on the main thread. The message travels in shared
+ * and on the main thread it held up everything else the process does. Handed over, ingestion of
+ * 10 KB messages accepted 10% more mail per second where a core had room (with indexing on, two
+ * cores were already full and nothing changed), for about 90 MB more RSS, the worker's own copy
+ * of the parsers. Below `IN_THREAD_BYTES` handing over cost more than it saved (1.3 KB messages end
+ * to end: 129-134 against 140-141 msgs/s), so small mail stays on the main thread. The message
+ * travels in shared
  * memory (a SharedArrayBuffer-backed Buffer is passed, not copied). Each worker takes any number of
  * messages at once (most of an analysis is waiting for DNS). A worker that does not answer within
  * the parse timeout plus the DNS budget is stuck on that message: it is terminated and replaced, that

@@ -8,12 +8,13 @@
  * 10 KB messages accepted 10% more mail per second where a core had room (with indexing on, two
  * cores were already full and nothing changed), for about 90 MB more RSS, the worker's own copy
  * of the parsers. Below `IN_THREAD_BYTES` handing over cost more than it saved (1.3 KB messages end
- * to end: 129-134 against 140-141 msgs/s), so small mail stays on the main thread. The message
- * travels in shared
- * memory (a SharedArrayBuffer-backed Buffer is passed, not copied). Each worker takes any number of
- * messages at once (most of an analysis is waiting for DNS). A worker that does not answer within
- * the parse timeout plus the DNS budget is stuck on that message: it is terminated and replaced, that
- * message is stored quarantined with `parse_error`, and the other messages it held run again.
+ * to end: 129-134 against 140-141 msgs/s), so small mail stays on the main thread.
+ *
+ * The message travels in shared memory (a SharedArrayBuffer-backed Buffer is passed, not copied).
+ * Each worker takes several messages at once (most of an analysis is waiting for DNS). A worker
+ * that does not answer within the parse timeout plus the DNS budget is stuck on that message: it is
+ * terminated and replaced, that message is stored quarantined with `parse_error`, and the other
+ * messages it held run again.
  */
 import { Effect } from "effect"
 import { Worker } from "node:worker_threads"
@@ -145,8 +146,9 @@ export const makeAnalyzePool = (size = 1) => {
 export type AnalyzePool = ReturnType<typeof makeAnalyzePool>
 
 /**
- * The process's one analysis pool, shared by the SMTP listener and local delivery (each layer
- * provides `MessageAnalysis.Default`, built once per service), so the two never start a worker each.
+ * The process's one analysis pool, shared by the SMTP listener, local delivery and wake firings
+ * (each layer provides `MessageAnalysis.Default`, built once per service), so they never start a
+ * worker each.
  */
 export class MessageAnalysis extends Effect.Service<MessageAnalysis>()("mailroom/inbound/MessageAnalysis", {
   scoped: Effect.acquireRelease(Effect.sync(() => makeAnalyzePool()), (p) => Effect.promise(() => p.close()))

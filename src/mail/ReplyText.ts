@@ -43,10 +43,6 @@ export const extractReplyText = (text: string | null, html: string | null): stri
 const computed = new WeakMap<object, string | null>()
 
 /**
- * `extractReplyText` of a parsed message, computed once: the store and the event payload of each of
- * its copies ask for the same message's text.
- */
-/**
  * Records the reply text computed for `message` elsewhere (a worker thread analysed it and sent
  * both back): `replyTextOf` answers it without parsing again.
  */
@@ -54,6 +50,10 @@ export const rememberReplyText = (message: object, value: string | null) => {
   computed.set(message, value)
 }
 
+/**
+ * `extractReplyText` of a parsed message, computed once: the store and the event payload of each of
+ * its copies ask for the same message's text.
+ */
 export const replyTextOf = (message: { readonly text: string | null; readonly html: string | null }): string | null => {
   if (computed.has(message)) return computed.get(message)!
   const value = extractReplyText(message.text, message.html)

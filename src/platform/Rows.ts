@@ -53,32 +53,33 @@ export const orDieRows = (what: string) =>
 type Decoder<A, R> = (u: unknown) => Effect.Effect<A, ParseResult.ParseError, R>
 
 /**
- * The decoders of each row schema, built once. `Schema.Array(Result)` is a new schema each time it
- * is written, and decoding with a new schema compiles its parser again: done per statement (as
- * `SqlSchema.findAll` does when it is called per statement) that was a few percent of the CPU of
- * every request that reads rows. A schema written inline where a statement runs is still a new
- * object each time: row schemas belong at module level.
+ * The decoders (and request encoders) of each schema, built once. `Schema.Array(Result)` is a new
+ * schema each time it is written, and decoding with a new schema compiles its parser again: done per
+ * statement (as `SqlSchema.findAll` does when it is called per statement) that was a few percent of
+ * the CPU of every request that reads rows. A schema written inline where a statement runs is still
+ * a new object each time: row schemas belong at module level.
  */
-const arrayDecoders = new WeakMap<object, Decoder<ReadonlyArray<unknown>, unknown>>()
-const rowDecoders = new WeakMap<object, Decoder<unknown, unknown>>()
+const arrayDecoders = new WeakMap<object, unknown>()
+const rowDecoders = new WeakMap<object, unknown>()
+const encoders = new WeakMap<object, unknown>()
 
-const decodeArray = <A, I, R>(schema: Schema.Schema<A, I, R>): Decoder<ReadonlyArray<A>, R> => {
-  let decoder = arrayDecoders.get(schema)
-  if (decoder === undefined) {
-    decoder = Schema.decodeUnknown(Schema.Array(schema)) as Decoder<ReadonlyArray<unknown>, unknown>
-    arrayDecoders.set(schema, decoder)
-  }
-  return decoder as Decoder<ReadonlyArray<A>, R>
+const once = (cache: WeakMap<object, unknown>, key: object, make: () => unknown): unknown => {
+  if (!cache.has(key)) cache.set(key, make())
+  return cache.get(key)
 }
 
-const decodeRow = <A, I, R>(schema: Schema.Schema<A, I, R>): Decoder<A, R> => {
-  let decoder = rowDecoders.get(schema)
-  if (decoder === undefined) {
-    decoder = Schema.decodeUnknown(schema) as Decoder<unknown, unknown>
-    rowDecoders.set(schema, decoder)
-  }
-  return decoder as Decoder<A, R>
-}
+const decodeArray = <A, I, R>(schema: Schema.Schema<A, I, R>) =>
+  once(arrayDecoders, schema, () => Schema.decodeUnknown(Schema.Array(schema))) as Decoder<ReadonlyArray<A>, R>
+
+const decodeRow = <A, I, R>(schema: Schema.Schema<A, I, R>) =>
+  once(rowDecoders, schema, () => Schema.decodeUnknown(schema)) as Decoder<A, R>
+
+const encodeWith = <A, I, R>(schema: Schema.Schema<A, I, R>) =>
+  once(encoders, schema, () => Schema.encode(schema)) as (a: A) => Effect.Effect<I, ParseResult.ParseError, R>
+
+/** The first of `rows` decoded with `schema`, if there is one. */
+const firstDecoded = <A, I, R>(schema: Schema.Schema<A, I, R>) => (rows: ReadonlyArray<unknown>) =>
+  rows.length > 0 ? Effect.asSome(decodeRow(schema)(rows[0])) : Effect.succeedNone
 
 /**
  * Decodes rows already fetched (a statement wrapped by a helper such as `catchUnique` or
@@ -89,9 +90,7 @@ export const decodeRows = <A, I>(schema: Schema.Schema<A, I>, what: string) => (
 
 /** The first of the rows, decoded; none when there are no rows. */
 export const decodeFirst = <A, I>(schema: Schema.Schema<A, I>, what: string) => (rows: ReadonlyArray<unknown>) =>
-  rows.length === 0
-    ? Effect.succeed(Option.none<A>())
-    : decodeRow(schema)(rows[0]).pipe(Effect.map(Option.some), orDieRows(what))
+  firstDecoded(schema)(rows).pipe(orDieRows(what))
 
 /** Dies, naming the query, when a row does not decode; other failures (SqlError) stay typed for the caller. */
 export const rowsOrDieOnParse = (query: string) =>
@@ -118,10 +117,7 @@ export const allRows = <A, I, RS>(Result: Schema.Schema<A, I, RS>, query: string
 /** The first row of a statement, if any, decoded with `Result` (as `SqlSchema.findOne`); as `allRows` for failures. */
 export const firstRow = <A, I, RS>(Result: Schema.Schema<A, I, RS>, query: string) =>
 <E, R>(statement: Effect.Effect<ReadonlyArray<unknown>, E, R>): Effect.Effect<Option.Option<A>, E, R | RS> =>
-  Effect.flatMap(statement, (rows) =>
-    Array.isArray(rows) && rows.length > 0
-      ? Effect.asSome(decodeRow(Result)(rows[0]))
-      : Effect.succeedNone).pipe(rowsOrDieOnParse(query)) as Effect.Effect<Option.Option<A>, E, R | RS>
+  Effect.flatMap(statement, firstDecoded(Result)).pipe(rowsOrDieOnParse(query)) as Effect.Effect<Option.Option<A>, E, R | RS>
 
 /** A page's rows (platform/Listing.ts selects `*`) decoded with `Result`. */
 export const pageRows = <A, I>(Result: Schema.Schema<A, I>, query: string) => {
@@ -134,47 +130,31 @@ export const pageRows = <A, I>(Result: Schema.Schema<A, I>, query: string) => {
       ))
 }
 
-const encoders = new WeakMap<object, (a: unknown) => Effect.Effect<unknown, ParseResult.ParseError, unknown>>()
-
-const encodeWith = <A, I, R>(schema: Schema.Schema<A, I, R>) => {
-  let encoder = encoders.get(schema)
-  if (encoder === undefined) {
-    encoder = Schema.encode(schema) as (a: unknown) => Effect.Effect<unknown, ParseResult.ParseError, unknown>
-    encoders.set(schema, encoder)
-  }
-  return encoder as (a: A) => Effect.Effect<I, ParseResult.ParseError, R>
+interface Query<IR, II, IA, AR, AI, A, R, E> {
+  readonly Request: Schema.Schema<IA, II, IR>
+  readonly Result: Schema.Schema<A, AI, AR>
+  readonly execute: (request: II) => Effect.Effect<ReadonlyArray<unknown>, E, R>
 }
 
+/** The rows of a `SqlSchema`-style query for `request`, not yet decoded. */
+const rowsOf = <IR, II, IA, AR, AI, A, R, E>(options: Query<IR, II, IA, AR, AI, A, R, E>, request: IA) =>
+  Effect.flatMap(encodeWith(options.Request)(request), options.execute)
+
 /** `SqlSchema.findAll`, with its encoder and decoder built once per schema (see `arrayDecoders`). */
-export const findAll = <IR, II, IA, AR, AI, A, R, E>(options: {
-  readonly Request: Schema.Schema<IA, II, IR>
-  readonly Result: Schema.Schema<A, AI, AR>
-  readonly execute: (request: II) => Effect.Effect<ReadonlyArray<unknown>, E, R>
-}) =>
+export const findAll = <IR, II, IA, AR, AI, A, R, E>(options: Query<IR, II, IA, AR, AI, A, R, E>) =>
 (request: IA): Effect.Effect<ReadonlyArray<A>, E | ParseResult.ParseError, R | IR | AR> =>
-  Effect.flatMap(Effect.flatMap(encodeWith(options.Request)(request), options.execute), decodeArray(options.Result))
+  Effect.flatMap(rowsOf(options, request), decodeArray(options.Result))
 
 /** `SqlSchema.findOne`, with its encoder and decoder built once per schema. */
-export const findOne = <IR, II, IA, AR, AI, A, R, E>(options: {
-  readonly Request: Schema.Schema<IA, II, IR>
-  readonly Result: Schema.Schema<A, AI, AR>
-  readonly execute: (request: II) => Effect.Effect<ReadonlyArray<unknown>, E, R>
-}) =>
+export const findOne = <IR, II, IA, AR, AI, A, R, E>(options: Query<IR, II, IA, AR, AI, A, R, E>) =>
 (request: IA): Effect.Effect<Option.Option<A>, E | ParseResult.ParseError, R | IR | AR> =>
-  Effect.flatMap(
-    Effect.flatMap(encodeWith(options.Request)(request), options.execute),
-    (rows) => Array.isArray(rows) && rows.length > 0 ? Effect.asSome(decodeRow(options.Result)(rows[0])) : Effect.succeedNone
-  )
+  Effect.flatMap(rowsOf(options, request), firstDecoded(options.Result))
 
 /** `SqlSchema.single`, with its encoder and decoder built once per schema. */
-export const single = <IR, II, IA, AR, AI, A, R, E>(options: {
-  readonly Request: Schema.Schema<IA, II, IR>
-  readonly Result: Schema.Schema<A, AI, AR>
-  readonly execute: (request: II) => Effect.Effect<ReadonlyArray<unknown>, E, R>
-}) =>
+export const single = <IR, II, IA, AR, AI, A, R, E>(options: Query<IR, II, IA, AR, AI, A, R, E>) =>
 (request: IA): Effect.Effect<A, E | ParseResult.ParseError | Cause.NoSuchElementException, R | IR | AR> =>
   Effect.flatMap(
-    Effect.flatMap(encodeWith(options.Request)(request), options.execute),
+    rowsOf(options, request),
     (rows): Effect.Effect<A, ParseResult.ParseError | Cause.NoSuchElementException, AR> =>
-      Array.isArray(rows) && rows.length > 0 ? decodeRow(options.Result)(rows[0]) : Effect.fail(new Cause.NoSuchElementException())
+      rows.length > 0 ? decodeRow(options.Result)(rows[0]) : Effect.fail(new Cause.NoSuchElementException())
   )

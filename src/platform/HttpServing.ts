@@ -2,9 +2,11 @@
  * Serving an HttpApi through the request pipeline on a Node HTTP server. Knows no area: the
  * composition root (src/Server.ts) provides the API's handlers and the extra routes to `serveApi`.
  */
-import { HttpApi, HttpApiBuilder, HttpMiddleware, HttpRouter, HttpServer } from "@effect/platform"
+import { Etag, FileSystem, HttpApi, HttpApiBuilder, HttpMiddleware, HttpPlatform, HttpRouter, HttpServer, Path } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer } from "effect"
+import { Context, Effect, Layer, Scope } from "effect"
+import { Admission } from "./Admission.js"
+import { Idempotency } from "./Idempotency.js"
 import { type IncomingMessage, Server, type ServerResponse } from "node:http"
 import { parseTrustedProxies } from "./ClientAddress.js"
 import { AppConfig } from "./Config.js"
@@ -23,16 +25,48 @@ export const serveApi = Effect.gen(function*() {
   const config = yield* AppConfig
   const gate = yield* CurrentRequestGate
   const proxies = parseTrustedProxies(config.trustedProxies.join(","))
-  return HttpServer.serve(requestPipeline(app, {
+  const served = requestPipeline(app, {
     createsResource: creatingOperations(api),
     maxInflight: config.maxInflightRequests,
     gate,
     trustedProxies: "ok" in proxies && proxies.entries.length > 0 ? proxies.ok : undefined
-  }))
+  })
+  return Layer.scopedDiscard(Effect.mapInputContext(HttpServer.serveEffect(served), requestContext))
 }).pipe(
   Layer.unwrapEffect,
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
 )
+
+/**
+ * The services a request starts with: only what the pipeline and the router read at request time.
+ * Handlers carry the services of their own layers (HttpApiBuilder merges them in), so the rest of
+ * the service's context, about fifty services, need not ride along: Effect copies a fiber's context
+ * on every `provideService` and compares old and new contexts entry by entry when it restores one,
+ * several times per request, and those copies and comparisons were an eighth of the CPU a
+ * request took.
+ */
+const requestContext = (
+  context: Context.Context<
+    | HttpServer.HttpServer
+    | Scope.Scope
+    | Admission
+    | Idempotency
+    | HttpPlatform.HttpPlatform
+    | Etag.Generator
+    | FileSystem.FileSystem
+    | Path.Path
+  >
+) =>
+  Context.pick(
+    HttpServer.HttpServer,
+    Scope.Scope,
+    Admission,
+    Idempotency,
+    HttpPlatform.HttpPlatform,
+    Etag.Generator,
+    FileSystem.FileSystem,
+    Path.Path
+  )(context)
 
 /**
  * Idle keep-alive connections are kept 65 s (Node's default is 5 s). A client reuses an idle

@@ -35,19 +35,20 @@ const BUDGETS = {
   /** GET /v1/account with an API key the service has seen. */
   authenticatedRead: { path: "http GET /v1/account", roundTrips: 2, statements: 2, commits: 2 },
   /** One message over SMTP to one managed inbox whose organization has a webhook, up to its `250`. */
-  inboundEmail: { path: "smtp message", roundTrips: 4, statements: 4, commits: 4 },
+  inboundEmail: { path: "smtp message", roundTrips: 3, statements: 3, commits: 3 },
   /** One webhook delivery attempt answered 200, recorded. */
   deliveryAttempt: { path: "delivery", roundTrips: 1, statements: 1, commits: 1 },
   /** POST /v1/send-mail to one outside recipient, relayed and recorded inside the request. */
   send: { path: "http POST /v1/send-mail", roundTrips: 10, statements: 8, commits: 7 },
   /**
    * One wake firing: its email composed, signed and stored for the function (the claim is on `wake
-   * claim`). The seven: the webhook secret that signs the command, the recipient, the command's use
-   * mark, sender facts, thread, the store, the wake moved on. (Nine until the delivery hook stopped
-   * reading the secret again to verify the firing's own command, and the stored-copy check was
-   * left to firings that may have been tried before.)
+   * claim`). The six: the webhook secret that signs the command, the recipient, the command's use
+   * mark, the thread and sender facts (one statement), the store, the wake moved on. (Nine until the
+   * delivery hook stopped reading the secret again to verify the firing's own command, and the
+   * stored-copy check was left to firings that may have been tried before; seven until the thread
+   * and the sender facts were read together.)
    */
-  wakeFiring: { path: "wake", roundTrips: 7, statements: 7, commits: 7 },
+  wakeFiring: { path: "wake", roundTrips: 6, statements: 6, commits: 6 },
   /**
    * The function invocation that email makes, one delivery attempt answered 200: the attempt's
    * lease renewed, the function read, the invocation recorded, the attempt's outcome.

@@ -32,7 +32,7 @@ import { copyKey, type Recipient } from "./Recipients.js"
 import type { SpamVerdict } from "./SpamScore.js"
 import { quarantineMatch } from "../filters/Evaluate.js"
 import type { Trust } from "../mail/Trust.js"
-import { SenderFacts } from "./SenderFacts.js"
+import { ArrivalLookups } from "./ArrivalLookups.js"
 
 export interface InboundMessage {
   readonly raw: Buffer
@@ -157,7 +157,7 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const threading = yield* Threading
-    const senders = yield* SenderFacts
+    const arrivals = yield* ArrivalLookups
     const indexing = (yield* AppConfig).searchIndexing
 
     /** One statement storing every copy of the given transactions (and what is attached to them). */
@@ -296,15 +296,13 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
         // One thread per organization the message reaches (its copies there share it).
         const p = message.parsed
         const orgs = [...new Set(distinct.map((r) => r.orgId))]
-        // The threads and the sender's facts are independent lookups: asked at once (each batched
-        // with those of concurrent messages).
-        const [threads, facts] = yield* Effect.all([
-          Effect.forEach(orgs, (orgId) =>
-            threading.assign({ orgId, messageId: p.messageId, inReplyTo: p.inReplyTo, references: p.references }), {
-            concurrency: "unbounded"
-          }),
-          senders.of({ orgIds: orgs, from: p.from?.address ?? null, authenticated: message.authenticatedFrom })
-        ], { concurrency: "unbounded" })
+        // The threads and the sender's facts: one statement, shared with the messages arriving at once.
+        const arrival = yield* arrivals.of({
+          threads: orgs.map((orgId) => ({ orgId, messageId: p.messageId, inReplyTo: p.inReplyTo, references: p.references })),
+          sender: { orgIds: orgs, from: p.from?.address ?? null, authenticated: message.authenticatedFrom }
+        })
+        const threads = arrival.threads
+        const facts = arrival.sender
         const threadOf = new Map(orgs.map((o, i) => [o, threads[i]!]))
         // Received mail (not a wake command, not rejected) ends the watches of the threads it joins.
         const replied = new Set(distinct.filter((r) =>
@@ -346,5 +344,5 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
 
     return { store } as const
   }),
-  dependencies: [SenderFacts.Default]
+  dependencies: [ArrivalLookups.Default]
 }) {}

@@ -67,7 +67,8 @@ const smallest = (ids: Iterable<string>): string | undefined => {
   return best
 }
 
-interface Found {
+/** A stored thread linked to the input at `ord`. */
+export interface Found {
   readonly ord: number
   readonly thread_id: string
 }
@@ -127,64 +128,76 @@ export class Threading extends Effect.Service<Threading>()("mailroom/Threading",
         ${sql.join(" UNION ", false)(parts)}`
     }
 
+    /** Whether any input names a message, so that stored threads must be looked up. */
+    const needsLookup = (inputs: ReadonlyArray<ThreadingInput>) =>
+      inputs.some((m) => m.messageId !== null || namedIds(m).length > 0)
+
+    /**
+     * The threads of `inputs`, given the stored threads `found` for them (rows of `lookup`, or of a
+     * statement that embeds it): links within the batch and to recent assignments, then one thread
+     * per conversation, remembered for the next minute.
+     */
+    const assignFound = (inputs: ReadonlyArray<ThreadingInput>, found: ReadonlyArray<Found>): ReadonlyArray<ThreadAssignment> => {
+      const now = Date.now()
+      // Union-find over the batch: stored threads found for each message, and the messages of
+      // this batch that name each other (or are copies of each other) in one organization.
+      const parent = inputs.map((_, i) => i)
+      const root = (i: number): number => {
+        while (parent[i] !== i) i = parent[i] = parent[parent[i]!]!
+        return i
+      }
+      const byId = new Map<string, number>()
+      inputs.forEach((m, i) => {
+        if (m.messageId === null) return
+        const key = `${m.orgId}\n${m.messageId}`
+        const other = byId.get(key)
+        if (other === undefined) byId.set(key, i)
+        else parent[root(i)] = root(other)
+      })
+      inputs.forEach((m, i) => {
+        for (const id of namedIds(m)) {
+          const other = byId.get(`${m.orgId}\n${id}`)
+          if (other !== undefined) parent[root(i)] = root(other)
+        }
+      })
+      // Two messages that reach the same stored thread are one conversation too.
+      const firstWith = new Map<string, number>()
+      const link = (i: number, thread: string) => {
+        const other = firstWith.get(thread)
+        if (other === undefined) firstWith.set(thread, i)
+        else parent[root(i)] = root(other)
+      }
+      for (const row of found) link(row.ord, row.thread_id)
+      const remembered = inputs.map((m) => recalled(m, now))
+      remembered.forEach((ts, i) => ts.forEach((t) => link(i, t)))
+      const threadsOf = new Map<number, Set<string>>()
+      const add = (i: number, thread: string) => {
+        const r = root(i)
+        const set = threadsOf.get(r) ?? new Set<string>()
+        set.add(thread)
+        threadsOf.set(r, set)
+      }
+      for (const row of found) add(row.ord, row.thread_id)
+      remembered.forEach((ts, i) => ts.forEach((t) => add(i, t)))
+      const chosen = new Map<number, ThreadAssignment>()
+      return inputs.map((m, i): ThreadAssignment => {
+        const r = root(i)
+        let a = chosen.get(r)
+        if (a === undefined) {
+          const threads = threadsOf.get(r) ?? new Set<string>()
+          const threadId = smallest(threads) ?? uuid7(now)
+          a = { threadId, merged: [...threads].filter((t) => t !== threadId).sort() }
+          chosen.set(r, a)
+        }
+        remember(m, a, now)
+        return a
+      })
+    }
+
     const assignBatch = (inputs: ReadonlyArray<ThreadingInput>) =>
       Effect.gen(function*() {
-        const needsLookup = inputs.some((m) => m.messageId !== null || namedIds(m).length > 0)
-        const found = needsLookup ? yield* lookup(inputs) : []
-        const now = Date.now()
-        // Union-find over the batch: stored threads found for each message, and the messages of
-        // this batch that name each other (or are copies of each other) in one organization.
-        const parent = inputs.map((_, i) => i)
-        const root = (i: number): number => {
-          while (parent[i] !== i) i = parent[i] = parent[parent[i]!]!
-          return i
-        }
-        const byId = new Map<string, number>()
-        inputs.forEach((m, i) => {
-          if (m.messageId === null) return
-          const key = `${m.orgId}\n${m.messageId}`
-          const other = byId.get(key)
-          if (other === undefined) byId.set(key, i)
-          else parent[root(i)] = root(other)
-        })
-        inputs.forEach((m, i) => {
-          for (const id of namedIds(m)) {
-            const other = byId.get(`${m.orgId}\n${id}`)
-            if (other !== undefined) parent[root(i)] = root(other)
-          }
-        })
-        // Two messages that reach the same stored thread are one conversation too.
-        const firstWith = new Map<string, number>()
-        const link = (i: number, thread: string) => {
-          const other = firstWith.get(thread)
-          if (other === undefined) firstWith.set(thread, i)
-          else parent[root(i)] = root(other)
-        }
-        for (const row of found) link(row.ord, row.thread_id)
-        const remembered = inputs.map((m) => recalled(m, now))
-        remembered.forEach((ts, i) => ts.forEach((t) => link(i, t)))
-        const threadsOf = new Map<number, Set<string>>()
-        const add = (i: number, thread: string) => {
-          const r = root(i)
-          const set = threadsOf.get(r) ?? new Set<string>()
-          set.add(thread)
-          threadsOf.set(r, set)
-        }
-        for (const row of found) add(row.ord, row.thread_id)
-        remembered.forEach((ts, i) => ts.forEach((t) => add(i, t)))
-        const chosen = new Map<number, ThreadAssignment>()
-        return inputs.map((m, i): Exit.Exit<ThreadAssignment, SqlError.SqlError> => {
-          const r = root(i)
-          let a = chosen.get(r)
-          if (a === undefined) {
-            const threads = threadsOf.get(r) ?? new Set<string>()
-            const threadId = smallest(threads) ?? uuid7(now)
-            a = { threadId, merged: [...threads].filter((t) => t !== threadId).sort() }
-            chosen.set(r, a)
-          }
-          remember(m, a, now)
-          return Exit.succeed(a)
-        })
+        const found = needsLookup(inputs) ? yield* lookup(inputs) : []
+        return assignFound(inputs, found).map((a): Exit.Exit<ThreadAssignment, SqlError.SqlError> => Exit.succeed(a))
       }).pipe(Effect.catchAll((e) => Effect.succeed(inputs.map((): Exit.Exit<ThreadAssignment, SqlError.SqlError> => Exit.fail(e)))))
 
     const batched = yield* makeBatcher({ workers: LOOKUP_WORKERS, maxBatch: MAX_LOOKUP_BATCH, run: assignBatch })
@@ -214,6 +227,6 @@ export class Threading extends Effect.Service<Threading>()("mailroom/Threading",
                WHERE org_id = ${orgId} AND watch_thread_id IN ${sql.in(a.merged)}`])
     ]
 
-    return { assign, mergeStatements } as const
+    return { assign, mergeStatements, lookup, needsLookup, assignFound } as const
   })
 }) {}

@@ -17,7 +17,7 @@
  * BENCH_SERVICE=<path of a built main.mjs> measures another build of the service (an older one, to
  * compare) with this same harness.
  */
-import { budgetMark, builtService, printBudget, serviceNodeArgs, serviceSqlStats, treeCpuMs } from "./bench-support.js"
+import { budgetMark, builtService, printBudget, serviceNodeArgs, serviceSqlStats, systemMsOf, treeCpuMs } from "./bench-support.js"
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
 import { Effect, Layer } from "effect"
@@ -53,6 +53,8 @@ interface Result {
   readonly over2s: number
   /** Server CPU ms per request. */
   readonly cpu: number
+  /** The share of that CPU spent in the kernel (the server's own process). */
+  readonly kernel: number
 }
 
 const once = (agent: http.Agent, url: URL, headers: Record<string, string>) =>
@@ -82,6 +84,7 @@ const load = async (
   let refused = 0
   let n = 0
   const cpu0 = treeCpuMs(pid)
+  const sys0 = systemMsOf(pid)
   const t0 = performance.now()
   const deadline = t0 + SECONDS * 1000
   await Promise.all(Array.from({ length: connections }, async () => {
@@ -103,6 +106,7 @@ const load = async (
   }))
   const secs = (performance.now() - t0) / 1000
   const cpu = treeCpuMs(pid) - cpu0
+  const sys = systemMsOf(pid) - sys0
   agent.destroy()
   latencies.sort((a, b) => a - b)
   const q = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? 0
@@ -116,7 +120,8 @@ const load = async (
     goodput: ok / secs,
     refused,
     over2s: latencies.filter((l) => l > 2000).length,
-    cpu: cpu / Math.max(1, latencies.length)
+    cpu: cpu / Math.max(1, latencies.length),
+    kernel: sys / Math.max(1, cpu)
   }
 }
 
@@ -221,10 +226,10 @@ const main = async () => {
     const overload = await load(`overload: ${OVERLOAD} connections on /v1/account`, `${base}/v1/account`, service.pid, account, OVERLOAD)
     const database = env.DATABASE_URL ? "PostgreSQL" : "embedded PGlite"
     console.log(`\nbench-api: ${SECONDS} s per target, ${CONCURRENCY} concurrent keep-alive clients, ${database}, WORKERS=${process.env.WORKERS ?? "1"}, load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}\n`)
-    console.log("target                                      req/s     p50 ms   p99 ms   errors   CPU ms/req")
+    console.log("target                                      req/s     p50 ms   p99 ms   errors   CPU ms/req   kernel")
     for (const r of results) {
       console.log(
-        `${r.name.padEnd(40)} ${r.rps.toFixed(0).padStart(7)} ${r.p50.toFixed(2).padStart(9)} ${r.p99.toFixed(2).padStart(8)} ${String(r.errors).padStart(8)} ${r.cpu.toFixed(3).padStart(12)}`
+        `${r.name.padEnd(40)} ${r.rps.toFixed(0).padStart(7)} ${r.p50.toFixed(2).padStart(9)} ${r.p99.toFixed(2).padStart(8)} ${String(r.errors).padStart(8)} ${r.cpu.toFixed(3).padStart(12)} ${(100 * r.kernel).toFixed(0).padStart(7)}%`
       )
     }
     const [b, e, h, a] = results as [Result, Result, Result, Result]

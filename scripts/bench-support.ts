@@ -133,7 +133,7 @@ const statOf = (pid: number | string | undefined) => {
     // Fields after the command name (which may hold spaces): ppid is the 2nd, utime and stime the 12th and 13th, in 10 ms ticks.
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
     const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return { ppid: Number(f[1]), cpuMs: (Number(f[11]) + Number(f[12])) * 10 }
+    return { ppid: Number(f[1]), cpuMs: (Number(f[11]) + Number(f[12])) * 10, systemMs: Number(f[12]) * 10 }
   } catch {
     return undefined
   }
@@ -141,6 +141,13 @@ const statOf = (pid: number | string | undefined) => {
 
 /** CPU time (user + system) a process has used so far, in ms, from /proc/<pid>/stat; 0 once it is gone. */
 export const cpuMsOf = (pid: number | undefined) => statOf(pid)?.cpuMs ?? 0
+
+/**
+ * The kernel's part of that time (system calls, the TCP stack), in ms. A sampling profiler counts a
+ * thread waiting to run again after a system call as time in the call; this is what the kernel
+ * actually spent.
+ */
+export const systemMsOf = (pid: number | undefined) => statOf(pid)?.systemMs ?? 0
 
 /**
  * CPU time (user + system) of a process and every process below it (a primary's workers, the

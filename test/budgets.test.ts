@@ -42,13 +42,13 @@ const BUDGETS = {
   send: { path: "http POST /v1/send-mail", roundTrips: 10, statements: 8, commits: 7 },
   /**
    * One wake firing: its email composed, signed and stored for the function (the claim is on `wake
-   * claim`). The six: the webhook secret that signs the command, the recipient, the command's use
-   * mark, the thread and sender facts (one statement), the store, the wake moved on. (Nine until the
-   * delivery hook stopped reading the secret again to verify the firing's own command, and the
-   * stored-copy check was left to firings that may have been tried before; seven until the thread
-   * and the sender facts were read together.)
+   * claim`). The five: the webhook secret that signs the command, the recipient, the thread and
+   * sender facts (one statement), the store with the command's use mark, the wake moved on. (Nine
+   * until the delivery hook stopped reading the secret again to verify the firing's own command,
+   * and the stored-copy check was left to firings that may have been tried before; seven until the
+   * thread and the sender facts were read together; six until the use mark joined the store.)
    */
-  wakeFiring: { path: "wake", roundTrips: 6, statements: 6, commits: 6 },
+  wakeFiring: { path: "wake", roundTrips: 5, statements: 5, commits: 5 },
   /**
    * The function invocation that email makes, one delivery attempt answered 200: the attempt's
    * lease renewed, the function read, the invocation recorded, the attempt's outcome.

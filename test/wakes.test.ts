@@ -408,6 +408,27 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("wakes", (it) => {
       }))
   })
 
+  describe("use marks", () => {
+    it.effect("a scheduled firing stores its command's use mark with its email, and the organization's marks older than two days go", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const org = yield* newOrg()
+        const fn = yield* deploy(org.token)
+        yield* sql`INSERT INTO wake_commands_used (org_id, use_key, used_at) VALUES
+          (${org.orgId}, 'old|x', now() - interval '3 days'), (${org.orgId}, 'recent|x', now() - interval '1 day')`
+        const at = new Date(Date.now() + 1500).toISOString()
+        const wake = (yield* createWake(org.token, { function_id: fn, command: { type: "tick" }, at })).body.data
+        yield* until("the fired wake", Effect.map(seenBy(org.token, fn), (all) => all.find((s) => s.wake?.id === wake.id)))
+        yield* until("the wake completed", Effect.map(
+          sql<{ status: string }>`SELECT status FROM wakes WHERE id = ${wake.id}`,
+          (rows) => (rows[0]?.status === "completed" ? true : undefined)
+        ))
+        const marks = yield* sql<{ use_key: string }>`SELECT use_key FROM wake_commands_used WHERE org_id = ${org.orgId} ORDER BY use_key`
+        expect(marks.map((m) => m.use_key)).toEqual([`${wake.id}|${wake.next_run_at ?? at}`, "recent|x"].sort())
+        expect(yield* wakeEmails(org.orgId, wake.id)).toBe(1)
+      }))
+  })
+
   describe("durability", () => {
     it.scoped("two service instances: 30 wakes due together each fire exactly once", () =>
       Effect.gen(function*() {

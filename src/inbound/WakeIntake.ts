@@ -32,7 +32,10 @@ export const WakeIntakeLive = Layer.effect(
                 command: email.command,
                 commandSignedHere: true
               }, [recipient]).pipe(
-                Effect.provideService(EmailStoredHooks, hooks),
+                // The command's use mark goes with the email, in the statement that stores it.
+                Effect.provideService(EmailStoredHooks, {
+                  hooks: [...hooks.hooks, () => Effect.succeed(Option.some(email.useMark))]
+                }),
                 Effect.catchTag("StorageQuotaExceeded", () => Effect.fail(new WakeStorageFull())),
                 // The database being away is no reason to give up: the lease expires and the firing is retried.
                 Effect.catchTag("SqlError", Effect.die)

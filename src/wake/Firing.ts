@@ -30,6 +30,13 @@ export const claimWakeCommand = (orgId: string, useKey: string) =>
     return rows.length > 0
   })
 
+/**
+ * The use mark of a command this service signed, stored with its email (WakeEmail.useMark). Old
+ * marks are removed as wakes fire (WakesRepo.fired).
+ */
+export const commandUseMark = (sql: SqlClient.SqlClient, orgId: string, useKey: string) =>
+  sql`INSERT INTO wake_commands_used (org_id, use_key) VALUES (${orgId}, ${useKey}) ON CONFLICT DO NOTHING`
+
 /** The firing did not store its email (the function is gone, or storage is full): try again later, or give up. */
 export class FiringFailed extends Data.TaggedError("FiringFailed")<{ readonly reason: string; readonly retry: boolean }> {}
 
@@ -78,9 +85,10 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
         }
         const command = yield* Effect.promise(() => commandOf(raw))
         if ("problem" in command) return yield* Effect.dieMessage(`a composed wake email has no command: ${command.problem}`)
-        // Used once: the same signed email mailed in later is a replay (SmtpServer refuses it).
-        yield* claimWakeCommand(wake.org_id, useKeyOf(command)!).pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.orDie)
-        return yield* recipient.value.receive({ raw, envelopeFrom: `${WAKE_SENDER_LOCAL}@${domain}`, command }).pipe(
+        // Used once: the same signed email mailed in later is a replay (SmtpServer refuses it). The
+        // mark is written by the statement that stores the email.
+        const useMark = commandUseMark(sql, wake.org_id, useKeyOf(command)!)
+        return yield* recipient.value.receive({ raw, envelopeFrom: `${WAKE_SENDER_LOCAL}@${domain}`, command, useMark }).pipe(
           Effect.catchTag("WakeStorageFull", () =>
             Effect.fail(new FiringFailed({ reason: "the organization's storage is full", retry: true })))
         )

@@ -4,6 +4,7 @@
  * side's work, which sits above this area: the inbound side implements the port
  * (src/inbound/WakeIntake.ts) and the composition root (src/Server.ts) wires it.
  */
+import type { Statement } from "@effect/sql"
 import { Context, Data, type Effect, type Option } from "effect"
 import type { CommandPart } from "../mail/WakeMessage.js"
 
@@ -15,6 +16,11 @@ export interface WakeEmail {
   readonly raw: Buffer
   readonly envelopeFrom: string
   readonly command: CommandPart
+  /**
+   * The command's use mark (a data-modifying statement of this area), stored by the statement that
+   * stores the email: the firing's email and the mark that makes a replay of it refused are one write.
+   */
+  readonly useMark: Statement.Fragment
 }
 
 /** What an address resolves to on the inbound side. */

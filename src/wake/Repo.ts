@@ -162,9 +162,14 @@ export class WakesRepo extends Effect.Service<WakesRepo>()("mailroom/WakesRepo",
         (rows) => rows[0]?.at ?? null
       ).pipe(Effect.orDie)
 
-    /** Records a scheduled firing and sets the next (or completes the wake), if this process still holds it. */
-    const fired = (id: string, token: string, firedAt: Date, next: Date | undefined) =>
-      sql`UPDATE wakes SET run_count = run_count + 1, last_run_at = ${firedAt}, next_run_at = ${next ?? null},
+    /**
+     * Records a scheduled firing and sets the next (or completes the wake), if this process still
+     * holds it. The organization's command use marks older than two days go with it: a signature
+     * is accepted for a day, so those can no longer be replayed (migrations/0111).
+     */
+    const fired = (id: string, orgId: string, token: string, firedAt: Date, next: Date | undefined) =>
+      sql`WITH old_marks AS (DELETE FROM wake_commands_used WHERE org_id = ${orgId} AND used_at < now() - interval '2 days')
+          UPDATE wakes SET run_count = run_count + 1, last_run_at = ${firedAt}, next_run_at = ${next ?? null},
             status = ${next === undefined ? "completed" : "scheduled"}, lease_token = NULL, lease_expires_at = NULL,
             updated_at = ${firedAt}
           WHERE id = ${id} AND lease_token = ${token} AND status = 'scheduled'`.pipe(Effect.orDie, Effect.asVoid)

@@ -44,7 +44,7 @@ export const WakeSchedulerLive = (options: WakeSchedulerOptions = {}) =>
         const at = yield* now
         if (outcome._tag === "Right") {
           const next = nextAfter({ kind: wake.schedule_kind, value: wake.schedule_value }, scheduledFor, at)
-          return yield* repo.fired(wake.id, token, at, next)
+          return yield* repo.fired(wake.id, wake.org_id, token, at, next)
         }
         yield* Effect.logWarning(`wake ${wake.id} did not fire: ${outcome.left.reason}`)
         const retry = outcome.left.retry ? yield* retryAt(FIRING_RETRY, 1, at.getTime()) : Option.none<Date>()

@@ -73,9 +73,7 @@ export class ArrivalLookups extends Effect.Service<ArrivalLookups>()("mailroom/A
           at += m.threads.length
           return Exit.succeed({ threads, sender: factsOf(m.sender, facts.get(ord)) })
         })
-      }).pipe(
-        Effect.catchAll((e) => Effect.succeed(inputs.map((): Exit.Exit<Arrival, SqlError.SqlError> => Exit.fail(e))))
-      )
+      })
 
     const batched = yield* makeBatcher({ workers: WORKERS, maxBatch: MAX_BATCH, run })
 

@@ -297,12 +297,10 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
         const p = message.parsed
         const orgs = [...new Set(distinct.map((r) => r.orgId))]
         // The threads and the sender's facts: one statement, shared with the messages arriving at once.
-        const arrival = yield* arrivals.of({
+        const { sender: facts, threads } = yield* arrivals.of({
           threads: orgs.map((orgId) => ({ orgId, messageId: p.messageId, inReplyTo: p.inReplyTo, references: p.references })),
           sender: { orgIds: orgs, from: p.from?.address ?? null, authenticated: message.authenticatedFrom }
         })
-        const threads = arrival.threads
-        const facts = arrival.sender
         const threadOf = new Map(orgs.map((o, i) => [o, threads[i]!]))
         // Received mail (not a wake command, not rejected) ends the watches of the threads it joins.
         const replied = new Set(distinct.filter((r) =>

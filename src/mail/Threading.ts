@@ -198,7 +198,7 @@ export class Threading extends Effect.Service<Threading>()("mailroom/Threading",
       Effect.gen(function*() {
         const found = needsLookup(inputs) ? yield* lookup(inputs) : []
         return assignFound(inputs, found).map((a): Exit.Exit<ThreadAssignment, SqlError.SqlError> => Exit.succeed(a))
-      }).pipe(Effect.catchAll((e) => Effect.succeed(inputs.map((): Exit.Exit<ThreadAssignment, SqlError.SqlError> => Exit.fail(e)))))
+      })
 
     const batched = yield* makeBatcher({ workers: LOOKUP_WORKERS, maxBatch: MAX_LOOKUP_BATCH, run: assignBatch })
 

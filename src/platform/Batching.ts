@@ -17,8 +17,8 @@ interface Pending<I, A, E> {
 export const makeBatcher = <I, A, E>(options: {
   readonly workers: number
   readonly maxBatch: number
-  /** One outcome per item, in order. */
-  readonly run: (items: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<Exit.Exit<A, E>>>
+  /** One outcome per item, in order; a failure of the whole batch (its statement) fails every item. */
+  readonly run: (items: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<Exit.Exit<A, E>>, E>
 }): Effect.Effect<(item: I) => Effect.Effect<A, E>, never, Scope.Scope> =>
   Effect.gen(function*() {
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Pending<I, A, E>>(), Queue.shutdown)

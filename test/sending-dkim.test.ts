@@ -10,7 +10,7 @@ import { dkimVerify } from "mailauth/lib/dkim/verify.js"
 import { Resolver } from "node:dns/promises"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { DkimKeys } from "../src/domains/Dkim.js"
-import { composeWake } from "../src/mail/WakeMessage.js"
+import { commandOf, composeWake } from "../src/mail/WakeMessage.js"
 import { TestDns, testServiceWithDns } from "./support/dns.js"
 import { call } from "./support/http.js"
 import { startTestRelay, type TestRelay } from "./support/relay.js"
@@ -129,6 +129,12 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("DKIM", (it) => {
           })
         )
         expect(resultOf(yield* verify(wake.raw))).toEqual([{ domain: MANAGED, result: "pass" }])
+        // The firing takes the command from the composer instead of parsing the MIME it just wrote:
+        // the two must be the same command, signature included.
+        const parsed = yield* Effect.promise(() => commandOf(wake.raw))
+        expect("problem" in wake.command).toBe(false)
+        expect(wake.command).toEqual(parsed)
+        expect(wake.command).toMatchObject({ type: "digest.daily", payload: { n: 1 }, wakeId: "00000000-0000-4000-8000-000000000002" })
       }))
   })
 })

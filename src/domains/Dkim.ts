@@ -7,7 +7,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
-import { generateKeyPair } from "node:crypto"
+import { createPrivateKey, generateKeyPair, type KeyObject } from "node:crypto"
 import { promisify } from "node:util"
 import { AppConfig } from "../platform/Config.js"
 import { firstRow } from "../platform/Rows.js"
@@ -20,11 +20,15 @@ const MODULUS_BITS = 2048
 /** Opened domain keys kept by one process (the oldest is dropped past this). */
 const OPENED_MAX = 1000
 
-/** What nodemailer's DKIM signer takes. */
+/**
+ * What nodemailer's DKIM signer takes. The key is parsed once, when opened: signing with the PEM
+ * text makes OpenSSL decode it again for every message, which took 0.7 ms against 0.2 ms for the
+ * signature itself with the parsed key.
+ */
 export interface DkimSigning {
   readonly domainName: string
   readonly keySelector: string
-  readonly privateKey: string
+  readonly privateKey: KeyObject
 }
 
 export interface DkimRecord {
@@ -106,7 +110,7 @@ export class DkimKeys extends Effect.Service<DkimKeys>()("mailroom/DkimKeys", {
     const toSigning = (row: KeyRow): DkimSigning => {
       const privateKey = open(sealing, row.private_key, aad(row.domain, row.selector))
       if (privateKey === undefined) throw new Error(`the DKIM key of ${row.domain} does not open under this master key`)
-      return { domainName: row.domain, keySelector: row.selector, privateKey }
+      return { domainName: row.domain, keySelector: row.selector, privateKey: createPrivateKey(privateKey) }
     }
 
     /** The service key of the managed inbox domain (made on first use). */

@@ -6,7 +6,7 @@
  * secret (the webhook scheme). A signed command is bound to its target (`function_id`) and used once (`wake_id` with
  * `scheduled_for`): SmtpServer refuses one replayed, retargeted or naming neither.
  */
-import { createHmac, timingSafeEqual } from "node:crypto"
+import { createHmac, type KeyObject, timingSafeEqual } from "node:crypto"
 import { simpleParser } from "mailparser"
 import nodemailer from "nodemailer"
 
@@ -72,7 +72,12 @@ export const commandOf = async (raw: Buffer): Promise<CommandPart | { readonly p
   const mail = await simpleParser(raw, { skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true })
   const part = mail.attachments.find((a) => a.contentType.toLowerCase() === "application/json")
   if (part === undefined) return { problem: "no application/json part holding the command" }
-  const json = part.content.toString("utf8")
+  const header = mail.headers.get(WAKE_SIGNATURE_HEADER.toLowerCase())
+  return commandOfJson(part.content.toString("utf8"), typeof header === "string" ? header : null)
+}
+
+/** The command of a command part's JSON text and the message's signature header. */
+const commandOfJson = (json: string, signature: string | null): CommandPart | { readonly problem: string } => {
   let value: unknown
   try {
     value = JSON.parse(json)
@@ -85,7 +90,6 @@ export const commandOf = async (raw: Buffer): Promise<CommandPart | { readonly p
     return { problem: "the command's type must be 1-64 characters of a-z, 0-9, _, . and -" }
   }
   const text = (v: unknown) => (typeof v === "string" ? v : null)
-  const header = mail.headers.get(WAKE_SIGNATURE_HEADER.toLowerCase())
   return {
     json,
     type: c["type"],
@@ -95,7 +99,7 @@ export const commandOf = async (raw: Buffer): Promise<CommandPart | { readonly p
     scheduledFor: text(c["scheduled_for"]),
     firedAt: text(c["fired_at"]),
     threadId: typeof c["thread_id"] === "string" && UUID.test(c["thread_id"]) ? c["thread_id"] : null,
-    signature: typeof header === "string" ? header : null
+    signature
   }
 }
 
@@ -111,14 +115,17 @@ export interface ComposeInput {
   /** A thread watch's thread: the function learns which conversation went silent. */
   readonly threadId: string | null
   /** The managed inbox domain's DKIM key: wake emails are signed like all mail of the service. */
-  readonly dkim?: { readonly domainName: string; readonly keySelector: string; readonly privateKey: string }
+  readonly dkim?: { readonly domainName: string; readonly keySelector: string; readonly privateKey: KeyObject }
 }
 
 /**
  * The signed wake email as raw MIME, with a Message-ID derived from the wake and its due time
- * (answered as stored for received mail: `<…>`).
+ * (answered as stored for received mail: `<…>`), and the command it carries: what `commandOf`
+ * reads back from the raw message, without parsing the MIME just written.
  */
-export const composeWake = (input: ComposeInput): Promise<{ readonly raw: Buffer; readonly messageId: string }> => {
+export const composeWake = (
+  input: ComposeInput
+): Promise<{ readonly raw: Buffer; readonly messageId: string; readonly command: CommandPart | { readonly problem: string } }> => {
   const json = JSON.stringify({
     type: input.type,
     payload: input.payload,
@@ -129,6 +136,7 @@ export const composeWake = (input: ComposeInput): Promise<{ readonly raw: Buffer
     ...(input.threadId !== null ? { thread_id: input.threadId } : {})
   })
   const messageId = `<wake.${input.wakeId}.${input.scheduledFor.getTime()}@${input.domain}>`
+  const signature = signCommand(input.secret, json, Math.floor(input.firedAt.getTime() / 1000))
   return builder.sendMail({
     from: { name: "Mailroom wake", address: `${WAKE_SENDER_LOCAL}@${input.domain}` },
     to: wakeAddress(input.functionId, input.domain),
@@ -136,11 +144,11 @@ export const composeWake = (input: ComposeInput): Promise<{ readonly raw: Buffer
     messageId,
     date: input.firedAt,
     headers: {
-      [WAKE_SIGNATURE_HEADER]: signCommand(input.secret, json, Math.floor(input.firedAt.getTime() / 1000)),
+      [WAKE_SIGNATURE_HEADER]: signature,
       "Auto-Submitted": "auto-generated"
     },
     text: `Wake command "${input.type}" for function ${input.functionId}, scheduled for ${input.scheduledFor.toISOString()}.\n`,
     attachments: [{ filename: "command.json", content: json, contentType: "application/json" }],
     ...(input.dkim !== undefined ? { dkim: { ...input.dkim } } : {})
-  }).then((info) => ({ raw: info.message as unknown as Buffer, messageId }))
+  }).then((info) => ({ raw: info.message as unknown as Buffer, messageId, command: commandOfJson(json, signature) }))
 }

@@ -12,7 +12,7 @@ import { Clock, Data, Effect, Option } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { AppConfig } from "../platform/Config.js"
 import { DkimKeys } from "../domains/Dkim.js"
-import { commandOf, composeWake, useKeyOf, WAKE_SENDER_LOCAL, wakeAddress } from "../mail/WakeMessage.js"
+import { composeWake, useKeyOf, WAKE_SENDER_LOCAL, wakeAddress } from "../mail/WakeMessage.js"
 import { WakeIntake } from "./Intake.js"
 import { payloadOf, type WakeRow } from "./Repo.js"
 
@@ -60,7 +60,7 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
         const secret = yield* secrets.get(wake.org_id)
         if (Option.isNone(secret)) return yield* new FiringFailed({ reason: "the organization no longer exists", retry: false })
         const signing = yield* dkim.managedSigning
-        const { raw, messageId } = yield* Effect.promise(() =>
+        const { command, messageId, raw } = yield* Effect.promise(() =>
           composeWake({
             domain,
             functionId: wake.function_id,
@@ -83,7 +83,6 @@ export class WakeFiring extends Effect.Service<WakeFiring>()("mailroom/WakeFirin
         if (Option.isNone(recipient) || recipient.value.orgId !== wake.org_id) {
           return yield* new FiringFailed({ reason: "the function no longer exists", retry: false })
         }
-        const command = yield* Effect.promise(() => commandOf(raw))
         if ("problem" in command) return yield* Effect.dieMessage(`a composed wake email has no command: ${command.problem}`)
         // Used once: the same signed email mailed in later is a replay (SmtpServer refuses it). The
         // mark is written by the statement that stores the email.

@@ -48,6 +48,24 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("hostile MIME", (it)
         const small = Buffer.from("From: a@example.com\r\nTo: b@example.com\r\n\r\nx")
         expect(capAddressHeaders(small)).toBe(small)
       }))
+    it.effect("NUL characters are removed from every parsed field and header name (PostgreSQL text holds none)", () =>
+      Effect.gen(function*() {
+        const raw = Buffer.from(
+          "From: A\u0000l <a\u0000@example.com>\r\nTo: b@example.com\r\nSubject: n\u0000l\r\nX-N\u0000ul: v\u0000\r\n" +
+            "Content-Type: text/plain\r\n\r\nb\u0000dy\r\n"
+        )
+        const parsed = yield* Effect.promise(() => parseEmail(raw))
+        expect(JSON.stringify(parsed)).not.toContain("\\u0000")
+        expect(parsed.subject).toBe("nl")
+        expect(parsed.text?.trim()).toBe("bdy")
+        expect(parsed.from?.address).toBe("a@example.com")
+        expect(parsed.headers["x-nul"]).toBe("v")
+        // Headers stay a map without a prototype after the copy.
+        expect(Object.getPrototypeOf(parsed.headers)).toBe(null)
+        const clean = yield* Effect.promise(() => parseEmail(Buffer.from("From: a@example.com\r\nSubject: s\r\n\r\nbody\r\n")))
+        expect(clean.subject).toBe("s")
+        expect(Object.getPrototypeOf(clean.headers)).toBe(null)
+      }))
   })
 
   describe("ingestion", () => {

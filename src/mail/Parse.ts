@@ -74,13 +74,31 @@ export const emptyParsed: ParsedEmail = {
   attachments: []
 }
 
-/** PostgreSQL text and jsonb cannot hold NUL characters; the raw MIME keeps the exact bytes. */
-const noNul = <A>(value: A): A => {
+/** Whether any string of `value` (keys included) holds a NUL; allocates nothing. */
+const hasNul = (value: unknown): boolean => {
+  if (typeof value === "string") return value.includes("\u0000")
+  if (Array.isArray(value)) return value.some(hasNul)
+  if (value !== null && typeof value === "object" && !(value instanceof Date)) {
+    for (const key of Object.keys(value)) {
+      if (key.includes("\u0000") || hasNul((value as Record<string, unknown>)[key])) return true
+    }
+  }
+  return false
+}
+
+/**
+ * PostgreSQL text and jsonb cannot hold NUL characters; the raw MIME keeps the exact bytes. Almost
+ * no mail has one, and rebuilding every object of a parsed message to find none was 3% of the CPU
+ * an accepted email took: the message is copied only when it has one.
+ */
+const noNul = <A>(value: A): A => (hasNul(value) ? withoutNul(value) : value)
+
+const withoutNul = <A>(value: A): A => {
   if (typeof value === "string") return (value.includes("\u0000") ? value.replace(/\u0000/g, "") : value) as A
-  if (Array.isArray(value)) return value.map(noNul) as A
+  if (Array.isArray(value)) return value.map(withoutNul) as A
   if (value !== null && typeof value === "object" && !(value instanceof Date)) {
     // fromEntries defines own properties (even `__proto__`); a prototype-free map stays prototype-free.
-    const entries = Object.fromEntries(Object.entries(value).map(([k, v]) => [noNul(k), noNul(v)]))
+    const entries = Object.fromEntries(Object.entries(value).map(([k, v]) => [withoutNul(k), withoutNul(v)]))
     return (Object.getPrototypeOf(value) === null ? Object.assign(Object.create(null), entries) : entries) as A
   }
   return value

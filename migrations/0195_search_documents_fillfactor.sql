@@ -1,0 +1,14 @@
+-- Room on each page of search_documents for the embedding backlog's lease to be updated in place.
+--
+-- A stored message's search document is written once and then updated twice by the embedding
+-- backlog: its lease (embed_lease_until, embed_attempts) and its completion (embedded_at). With full
+-- pages PostgreSQL writes each update as a new row version elsewhere, and every index gets an entry
+-- for it, including the full-text and trigram GIN indexes: all of the body's lexemes inserted again,
+-- 0.39 ms of the database's CPU per update for a 10 KB body. The lease touches no indexed column, so
+-- with free space on its page the update stays on the page and no index changes (a heap-only
+-- update); measured on 2,000 such documents, 1,331 of the 2,000 lease updates stayed on their page
+-- at a fill factor of 60, and the pass took 303 ms instead of 791. The completion changes the
+-- backlog index's predicate column, so it still writes a new version.
+--
+-- Only pages written from now on keep the room; existing rows are not rewritten.
+ALTER TABLE search_documents SET (fillfactor = 60);

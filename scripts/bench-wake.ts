@@ -91,11 +91,12 @@ const main = async () => {
     for (const r of rows) {
       perDue.set(r.message_id, (perDue.get(r.message_id) ?? 0) + 1)
       const dueMs = Number(/^<wake\.[0-9a-f-]{36}\.(\d+)@/.exec(r.message_id)?.[1])
-      lateness.push(r.created_at.getTime() - dueMs)
+      const late = r.created_at.getTime() - dueMs
+      lateness.push(late)
       const window = Math.floor((dueMs - start) / 10_000)
-      const late = byWindow.get(window) ?? []
-      late.push(r.created_at.getTime() - dueMs)
-      byWindow.set(window, late)
+      const inWindow = byWindow.get(window)
+      if (inWindow === undefined) byWindow.set(window, [late])
+      else inWindow.push(late)
     }
     lateness.sort((a, b) => a - b)
     const duplicates = [...perDue.values()].filter((n) => n > 1).length

@@ -51,6 +51,8 @@ interface Result {
   readonly goodput: number
   readonly refused: number
   readonly over2s: number
+  /** The requests slower than 2 s, counted by the second of the run they were sent in. */
+  readonly over2sBySecond: ReadonlyMap<number, number>
   /** Server CPU ms per request. */
   readonly cpu: number
   /** The share of that CPU spent in the kernel (the server's own process). */
@@ -79,14 +81,15 @@ const load = async (
   // Warm-up: connections, JIT, caches.
   await Promise.all(Array.from({ length: connections }, (_, i) => once(agent, target, headersFor(i)).catch(() => 0)))
   const latencies: Array<number> = []
+  const over2sBySecond = new Map<number, number>()
   let errors = 0
   let ok = 0
   let refused = 0
   let n = 0
   const cpu0 = treeCpuMs(pid)
   const sys0 = systemMsOf(pid)
-  const t0 = performance.now()
-  const deadline = t0 + SECONDS * 1000
+  const start = performance.now()
+  const deadline = start + SECONDS * 1000
   await Promise.all(Array.from({ length: connections }, async () => {
     while (performance.now() < deadline) {
       const i = n++
@@ -101,10 +104,15 @@ const load = async (
       } catch {
         errors++
       }
-      latencies.push(performance.now() - t0)
+      const took = performance.now() - t0
+      latencies.push(took)
+      if (took > 2000) {
+        const second = Math.floor((t0 - start) / 1000)
+        over2sBySecond.set(second, (over2sBySecond.get(second) ?? 0) + 1)
+      }
     }
   }))
-  const secs = (performance.now() - t0) / 1000
+  const secs = (performance.now() - start) / 1000
   const cpu = treeCpuMs(pid) - cpu0
   const sys = systemMsOf(pid) - sys0
   agent.destroy()
@@ -120,6 +128,7 @@ const load = async (
     goodput: ok / secs,
     refused,
     over2s: latencies.filter((l) => l > 2000).length,
+    over2sBySecond,
     cpu: cpu / Math.max(1, latencies.length),
     kernel: sys / Math.max(1, cpu)
   }
@@ -242,6 +251,10 @@ const main = async () => {
         `refused 503 ${(100 * o.refused / Math.max(1, o.requests)).toFixed(1)}% of ${o.requests}; other errors ${o.errors - o.refused}; ` +
         `p50 ${o.p50.toFixed(0)} ms, p99 ${o.p99.toFixed(0)} ms; > 2 s: ${o.over2s} (target 0); CPU ${o.cpu.toFixed(3)} ms/req`
     )
+    if (o.over2s > 0) {
+      const bySecond = [...o.over2sBySecond].sort(([a], [b]) => a - b).map(([second, n]) => `${second}s: ${n}`).join(", ")
+      console.log(`requests slower than 2 s by the second of the run they were sent in: ${bySecond}`)
+    }
   } finally {
     service.kill("SIGTERM")
     bareChild.kill("SIGTERM")

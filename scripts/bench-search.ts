@@ -93,6 +93,7 @@ const main = async () => {
         const emails: Array<Record<string, unknown>> = []
         const contents: Array<Record<string, unknown>> = []
         const docs: Array<Record<string, unknown>> = []
+        const backlog: Array<{ id: string }> = []
         const vectors: Array<Record<string, unknown>> = []
         for (let i = at; i < Math.min(MESSAGES, at + BATCH); i++) {
           const topic = pick(TOPICS)
@@ -116,21 +117,22 @@ const main = async () => {
               fromName: null, recipients: sent ? [from] : [org!.address], subject, text: body, html: null
             }),
             at: new Date(Date.now() - (MESSAGES - i) * 60_000),
-            // The last DRAIN documents are left for the backlog; the rest get a vector now.
-            ...(i < MESSAGES - DRAIN ? { embedded_at: new Date() } : {})
           })
+          // The last DRAIN documents are left for the backlog; the rest get a vector now.
+          if (i >= MESSAGES - DRAIN) backlog.push({ id })
           if (i < MESSAGES - DRAIN) vectors.push({ id, org_id: orgId, model: "universal-sentence-encoder-lite-en-512", dims: DIMS, vector: toBytes(randomUnit()) })
         }
         if (emails.length > 0) yield* sql`INSERT INTO emails ${sql.insert(emails)}`
         if (contents.length > 0) yield* sql`INSERT INTO email_contents ${sql.insert(contents)}`
         yield* sql`INSERT INTO search_documents ${sql.insert(docs)}`
+        if (backlog.length > 0) yield* sql`INSERT INTO search_backlog ${sql.insert(backlog)}`
         if (vectors.length > 0) yield* sql`INSERT INTO search_embeddings ${sql.insert(vectors)}`
       }
       yield* sql`ANALYZE`
       console.log(`${engine}: seeded ${MESSAGES} messages (${MESSAGES / 10} sent) in ${((performance.now() - seedStart) / 1000).toFixed(1)} s`)
 
       // --- drain ------------------------------------------------------------------------------
-      const pending = Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM search_documents WHERE embedded_at IS NULL`, (r) => r[0]!.n)
+      const pending = Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM search_backlog`, (r) => r[0]!.n)
       const drainStart = performance.now()
       yield* Effect.scoped(Effect.gen(function*() {
         yield* Layer.build(EmbeddingBacklogLive({ pollMs: 20 }))

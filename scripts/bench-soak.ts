@@ -225,7 +225,7 @@ const main = async () => {
     every(SENDS, sendOne)
     every(SEARCHES, searchOne)
     const invoked = () => count("SELECT count(*)::bigint AS n FROM function_invocations")
-    const pending = () => count("SELECT count(*)::bigint AS n FROM search_documents WHERE embedded_at IS NULL")
+    const pending = () => count("SELECT count(*)::bigint AS n FROM search_backlog")
     for (let m = 1; m <= MINUTES; m++) {
       await sleep(60_000)
       const now = sample()

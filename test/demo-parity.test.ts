@@ -219,8 +219,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("demo parity", (it) 
             recipients: JSON.stringify(d.recipients),
             subject: d.inline.subject,
             body: d.inline.body,
-            extracted: d.inline.extracted,
-            embedded_at: new Date()
+            extracted: d.inline.extracted
           })}`
           yield* sql`INSERT INTO search_embeddings ${sql.insert({
             id: d.inline.id,

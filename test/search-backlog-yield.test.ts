@@ -65,7 +65,7 @@ const Env = Provisioning.Default.pipe(
 )
 
 const pending = Effect.flatMap(SqlClient.SqlClient, (sql) =>
-  sql<{ n: number }>`SELECT count(*)::int AS n FROM search_documents WHERE embedded_at IS NULL`).pipe(
+  sql<{ n: number }>`SELECT count(*)::int AS n FROM search_backlog`).pipe(
     Effect.map((r) => r[0]!.n),
     Effect.orDie
   )

@@ -103,8 +103,8 @@ const send = (message: SendMailOptions) =>
 
 const pending = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   sql<{ n: number; attempts: number; error: string | null }>`
-    SELECT count(*)::int AS n, coalesce(max(embed_attempts), 0) AS attempts, max(embed_error) AS error
-      FROM search_documents WHERE embedded_at IS NULL`).pipe(Effect.map((r) => r[0]!), Effect.orDie)
+    SELECT count(*)::int AS n, coalesce(max(attempts), 0) AS attempts, max(error) AS error
+      FROM search_backlog`).pipe(Effect.map((r) => r[0]!), Effect.orDie)
 
 const until = <A, R>(what: string, check: Effect.Effect<A, never, R>, ok: (a: A) => boolean) =>
   Effect.gen(function*() {
@@ -187,9 +187,10 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("search with the HTT
         stub.delayMs = 300
         const from = stub.requests.length
         // 64 documents pending at once: four full batches of 16, each taking the model 300 ms.
-        yield* sql`INSERT INTO search_documents (id, org_id, kind, subject, body)
+        yield* sql`WITH docs AS (INSERT INTO search_documents (id, org_id, kind, subject, body)
                    SELECT gen_random_uuid(), ${org.id}::uuid, 'received', 'Paced ' || g, 'document number ' || g
-                     FROM generate_series(1, 64) g`
+                     FROM generate_series(1, 64) g RETURNING id)
+                   INSERT INTO search_backlog (id) SELECT id FROM docs`
         yield* until("the backlog", pending, (p) => p.n === 0)
         stub.delayMs = 0
         const batches = stub.requests.slice(from).filter((r) => r.body.input.length === 16)

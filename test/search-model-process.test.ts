@@ -83,8 +83,7 @@ const Env = Provisioning.Default.pipe(
 
 const pending = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   sql<{ pending: number; done: number }>`
-    SELECT count(*) FILTER (WHERE embedded_at IS NULL)::int AS pending, count(*) FILTER (WHERE embedded_at IS NOT NULL)::int AS done
-      FROM search_documents`).pipe(Effect.map((r) => r[0]!), Effect.orDie)
+    SELECT (SELECT count(*) FROM search_backlog)::int AS pending, (SELECT count(*) FROM search_embeddings)::int AS done`).pipe(Effect.map((r) => r[0]!), Effect.orDie)
 
 const until = <A>(what: string, check: Effect.Effect<A, never, SqlClient.SqlClient>, ok: (a: A) => boolean, ms = 150_000) =>
   Effect.gen(function*() {
@@ -113,9 +112,10 @@ layer(Env, { timeout: 240_000, excludeTestServices: true })("the service with th
         }
       })
       const sql = yield* SqlClient.SqlClient
-      yield* sql`INSERT INTO search_documents (id, org_id, kind, subject, body)
+      yield* sql`WITH docs AS (INSERT INTO search_documents (id, org_id, kind, subject, body)
                  SELECT gen_random_uuid(), ${org.id}::uuid, 'received', 'Filler ' || g, 'a note about lunch and the weather, number ' || g
-                   FROM generate_series(1, 80) g`
+                   FROM generate_series(1, 80) g RETURNING id)
+                 INSERT INTO search_backlog (id) SELECT id FROM docs`
       // Part-way: some embedded, some not. Then the model process is killed.
       yield* until("a first batch", pending, (c) => c.done >= 8)
       const before = modelProcesses()

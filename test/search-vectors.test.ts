@@ -46,7 +46,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("vector index", (it)
             const id = randomUUID()
             ids.push(id)
             vectors.push(vectorOf(i + 1))
-            docs.push({ id, org_id: org.id, kind: "received", subject: `doc ${i}`, embedded_at: new Date() })
+            docs.push({ id, org_id: org.id, kind: "received", subject: `doc ${i}` })
             rows.push({ id, org_id: org.id, model: MODEL, dims: DIMS, vector: toBytes(vectors[i]!) })
           }
           yield* sql`INSERT INTO search_documents ${sql.insert(docs)}`
@@ -71,7 +71,7 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("vector index", (it)
 
         // Vectors stored later are read on the next search (only what is newer).
         const late = randomUUID()
-        yield* sql`INSERT INTO search_documents ${sql.insert([{ id: late, org_id: org.id, kind: "received", subject: "late", embedded_at: new Date() }])}`
+        yield* sql`INSERT INTO search_documents ${sql.insert([{ id: late, org_id: org.id, kind: "received", subject: "late" }])}`
         yield* sql`INSERT INTO search_embeddings ${sql.insert([{ id: late, org_id: org.id, model: MODEL, dims: DIMS, vector: toBytes(query) }])}`
         const again = yield* index.nearest(org.id, MODEL, query, 1)
         expect(again.map((n) => n.id)).toEqual([late])

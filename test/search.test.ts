@@ -40,7 +40,7 @@ const send = (message: SendMailOptions) =>
 const drained = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   for (let i = 0; i < 1200; i++) {
-    const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM search_documents WHERE embedded_at IS NULL`
+    const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM search_backlog`
     if (rows[0]!.n === 0) return
     yield* Effect.sleep("50 millis")
   }
@@ -244,13 +244,13 @@ layer(Env, { timeout: 300_000, excludeTestServices: true })("search", (it) => {
         const sql = yield* SqlClient.SqlClient
         const id = state.ids.get("garden")!
         // As if the backlog had not reached it: no vector, and not due for an hour.
-        yield* sql`UPDATE search_documents SET embedded_at = NULL, embed_next_at = now() + interval '1 hour' WHERE id = ${id}`
+        yield* sql`INSERT INTO search_backlog (id, next_at) VALUES (${id}, now() + interval '1 hour')`
         yield* sql`DELETE FROM search_embeddings WHERE id = ${id}`
         const r = yield* search(state.apiKey, { q: "tomatoes balcony" })
         expect(r.results.find((h) => h.id === id)?.matched).toEqual(["lexical"])
         const sem = yield* search(state.apiKey, { q: "tomatoes balcony", mode: "semantic" })
         expect(sem.results.map((h) => h.id)).not.toContain(id)
-        yield* sql`UPDATE search_documents SET embed_next_at = now() WHERE id = ${id}`
+        yield* sql`UPDATE search_backlog SET next_at = now() WHERE id = ${id}`
         yield* drained
         const later = yield* search(state.apiKey, { q: "tomatoes balcony" })
         expect(later.results[0]!.id).toBe(id)

@@ -244,7 +244,9 @@ export class InboundStore extends Effect.Service<InboundStore>()("mailroom/Inbou
       // are chosen here, so no part needs another's output.
       const more = attached.map((f, i) => sql`, ${sql.literal(`attached_${i}`)} AS (${f})`)
       if (documents.length > 0) {
-        more.push(sql`, stored_documents AS (INSERT INTO search_documents ${sql.insert(documents)})`)
+        // Each document is pending in the embedding backlog from the same statement (search/Backlog.ts).
+        more.push(sql`, stored_documents AS (INSERT INTO search_documents ${sql.insert(documents)} RETURNING id)`)
+        more.push(sql`, queued_documents AS (INSERT INTO search_backlog (id) SELECT id FROM stored_documents)`)
       }
       if (known.size > 0) {
         more.push(sql`, known_senders AS (INSERT INTO known_addresses ${sql.insert([...known.values()])} ON CONFLICT DO NOTHING)`)

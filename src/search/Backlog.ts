@@ -1,6 +1,7 @@
 /**
  * The embedding backlog: search documents without an embedding for the configured model, embedded
- * off the ingest path. Every process polls and claims small batches with a lease (SKIP LOCKED), so
+ * off the ingest path. A pending document is a row of `search_backlog` (migration 0196), written with
+ * the document and deleted when its vector is stored, so the document itself is written once. Every process polls and claims small batches with a lease (SKIP LOCKED), so
  * several processes share the work and a process that dies leaves its lease to expire. A batch the
  * embedder fails on is released with a growing delay (capped) and tried again, for as long as it
  * takes: mail is never refused or delayed for it, it is only found lexically meanwhile.
@@ -80,7 +81,8 @@ const Doc = Schema.Struct({
   org_id: Schema.String,
   subject: Schema.NullOr(Schema.String),
   body: Schema.NullOr(Schema.String),
-  embed_attempts: Schema.Number
+  embed_attempts: Schema.Number,
+  lease: Schema.String
 })
 
 export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
@@ -97,33 +99,40 @@ export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
     const maxWaitMs = options.maxWaitMs ?? 30_000
 
     // Vectors of another model cannot be compared with this one's: their documents are embedded again.
-    yield* sql`UPDATE search_documents SET embedded_at = NULL, embed_next_at = now(), embed_attempts = 0
-                WHERE embedded_at IS NOT NULL
-                  AND id IN (SELECT id FROM search_embeddings WHERE model <> ${embedder.model})`.pipe(
+    yield* sql`INSERT INTO search_backlog (id)
+               SELECT id FROM search_embeddings WHERE model <> ${embedder.model}
+               ON CONFLICT (id) DO NOTHING`.pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("embedding backlog: could not requeue vectors of another model", cause))
     )
 
+    // The lease is returned as text: it names this claim exactly (to the microsecond), so a batch
+    // finishes only the documents it still holds. A document whose content was discarded while the
+    // model ran is queued again with its lease cleared, and the vector of its old body is not written.
     const claim = sql`
-      UPDATE search_documents d SET embed_lease_until = now() + ${LEASE}::interval, embed_attempts = d.embed_attempts + 1
-       WHERE d.id IN (
-         SELECT id FROM search_documents
-          WHERE embedded_at IS NULL AND embed_next_at <= now() AND (embed_lease_until IS NULL OR embed_lease_until < now())
-          ORDER BY embed_next_at LIMIT ${batch} FOR UPDATE SKIP LOCKED)
-      RETURNING d.id, d.org_id, d.subject, left(d.body, 2000) AS body, d.embed_attempts`.pipe(allRows(Doc, "embedding claim"))
+      UPDATE search_backlog b SET lease_until = now() + ${LEASE}::interval, attempts = b.attempts + 1
+        FROM search_documents d
+       WHERE d.id = b.id AND b.id IN (
+         SELECT id FROM search_backlog
+          WHERE next_at <= now() AND (lease_until IS NULL OR lease_until < now())
+          ORDER BY next_at LIMIT ${batch} FOR UPDATE SKIP LOCKED)
+      RETURNING d.id, d.org_id, d.subject, left(d.body, 2000) AS body, b.attempts AS embed_attempts, b.lease_until::text AS lease`.pipe(
+      allRows(Doc, "embedding claim")
+    )
 
     type Doc = typeof Doc.Type
 
     const embedBatch = (docs: ReadonlyArray<Doc>) =>
       Effect.gen(function*() {
+        // One claim, one lease.
+        const lease = docs[0]!.lease
         const outcome = yield* Effect.either(embedder.embed(docs.map((d) => embeddingText(d.subject, d.body)), { priority: "backlog" }))
         if (outcome._tag === "Left") {
           const attempts = Math.max(...docs.map((d) => d.embed_attempts))
           const now = yield* Clock.currentTimeMillis
           const at = Option.getOrElse(yield* retryAt(policy, attempts, now), () => new Date(now))
           yield* Effect.logWarning(`embedding backlog: ${docs.length} documents not embedded (${outcome.left.message}); retried at ${at.toISOString()}`)
-          yield* sql`UPDATE search_documents SET embed_lease_until = NULL, embed_error = ${outcome.left.message.slice(0, 500)},
-                       embed_next_at = ${at}
-                      WHERE id IN ${sql.in(docs.map((d) => d.id))}`
+          yield* sql`UPDATE search_backlog SET lease_until = NULL, error = ${outcome.left.message.slice(0, 500)}, next_at = ${at}
+                      WHERE id IN ${sql.in(docs.map((d) => d.id))} AND lease_until = ${lease}::timestamptz`
           return
         }
         const rows = docs.map((d, i) => ({
@@ -133,16 +142,17 @@ export const EmbeddingBacklogLive = (options: BacklogOptions = {}) =>
           dims: outcome.right[i]!.length,
           vector: toBytes(outcome.right[i]!)
         }))
-        // A document deleted meanwhile has nothing to attach its vector to: only those still there are written.
+        // Only the documents still held under this lease get their vector (a deleted document's
+        // backlog row went with it).
         yield* sql`
-          WITH v AS (INSERT INTO search_embeddings (id, org_id, model, dims, vector)
-                     SELECT x.id, x.org_id, x.model, x.dims, x.vector
-                       FROM (SELECT * FROM (VALUES ${sql.join(", ", false)(rows.map((r) => sql`(${r.id}::uuid, ${r.org_id}::uuid, ${r.model}, ${r.dims}::int, ${r.vector}::bytea)`))}) AS t(id, org_id, model, dims, vector)) x
-                      WHERE EXISTS (SELECT 1 FROM search_documents d WHERE d.id = x.id)
-                     ON CONFLICT (id) DO UPDATE SET model = excluded.model, dims = excluded.dims, vector = excluded.vector,
-                       seq = nextval(pg_get_serial_sequence('search_embeddings', 'seq')))
-          UPDATE search_documents SET embedded_at = now(), embed_lease_until = NULL, embed_error = NULL
-           WHERE id IN ${sql.in(rows.map((r) => r.id))}`
+          WITH done AS (DELETE FROM search_backlog WHERE id IN ${sql.in(rows.map((r) => r.id))} AND lease_until = ${lease}::timestamptz
+                        RETURNING id)
+          INSERT INTO search_embeddings (id, org_id, model, dims, vector)
+          SELECT x.id, x.org_id, x.model, x.dims, x.vector
+            FROM (VALUES ${sql.join(", ", false)(rows.map((r) => sql`(${r.id}::uuid, ${r.org_id}::uuid, ${r.model}, ${r.dims}::int, ${r.vector}::bytea)`))}) AS x(id, org_id, model, dims, vector)
+           WHERE x.id IN (SELECT id FROM done)
+          ON CONFLICT (id) DO UPDATE SET model = excluded.model, dims = excluded.dims, vector = excluded.vector,
+            seq = nextval(pg_get_serial_sequence('search_embeddings', 'seq'))`
       })
 
     let lastLook = performance.eventLoopUtilization()

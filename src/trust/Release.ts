@@ -83,7 +83,7 @@ export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mail
           for (const fragment of work) yield* sql`WITH released AS (${fragment}) SELECT 1`
           // What accepted mail gets as it is stored: searchable, and an authenticated sender known.
           if (indexing) {
-            yield* sql`INSERT INTO search_documents ${sql.insert(documentRow({
+            yield* sql`WITH doc AS (INSERT INTO search_documents ${sql.insert(documentRow({
               id: row.id,
               orgId,
               kind: "received",
@@ -94,7 +94,8 @@ export class QuarantineRelease extends Effect.Service<QuarantineRelease>()("mail
               subject: parsed.subject,
               text: parsed.text,
               html: parsed.html
-            }))} ON CONFLICT DO NOTHING`
+            }))} ON CONFLICT DO NOTHING RETURNING id)
+              INSERT INTO search_backlog (id) SELECT id FROM doc`
           }
           const from = message.authenticatedFrom
           if (from !== null && from.includes("@")) {

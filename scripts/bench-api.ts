@@ -17,7 +17,7 @@
  * BENCH_SERVICE=<path of a built main.mjs> measures another build of the service (an older one, to
  * compare) with this same harness.
  */
-import { budgetMark, builtService, printBudget, serviceNodeArgs, serviceSqlStats, systemMsOf, treeCpuMs } from "./bench-support.js"
+import { benchDatabase, budgetMark, builtService, printBudget, serviceNodeArgs, serviceSqlStats, systemMsOf, treeCpuMs } from "./bench-support.js"
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
 import { Effect, Layer } from "effect"
@@ -28,7 +28,6 @@ import { loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { Provisioning } from "../src/identity/Provisioning.js"
-import { DatabaseLive } from "../src/platform/Database.js"
 import { freePort, testConfigLayer } from "../test/support/harness.js"
 
 const arg = (name: string, fallback: number) => {
@@ -171,7 +170,7 @@ const main = async () => {
       }
       return out
     }).pipe(
-      Effect.provide(Provisioning.Default.pipe(Layer.provideMerge(DatabaseLive), Layer.provide(testConfigLayer(env)))),
+      Effect.provide(Provisioning.Default.pipe(Layer.provideMerge(benchDatabase()), Layer.provide(testConfigLayer(env)))),
       Effect.scoped
     )
   )

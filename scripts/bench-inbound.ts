@@ -16,7 +16,7 @@
  * One service process (`WORKERS=1`) unless WORKERS says otherwise, so the figure compares with the
  * other benchmarks; its CPU is that of its whole process tree (workers, the model process).
  */
-import { budgetMark, builtService, freshSqlStats, printBudget, serviceNodeArgs, treeCpuMs } from "./bench-support.js"
+import { benchDatabase, budgetMark, builtService, freshSqlStats, printBudget, serviceNodeArgs, treeCpuMs } from "./bench-support.js"
 import dnsPacket from "dns-packet"
 import { Effect, Layer } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -29,7 +29,6 @@ import { join } from "node:path"
 import nodemailer from "nodemailer"
 import pg from "pg"
 import { Provisioning } from "../src/identity/Provisioning.js"
-import { DatabaseLive } from "../src/platform/Database.js"
 import { freePort, testConfigLayer } from "../test/support/harness.js"
 
 const arg = (name: string, fallback: number) => {
@@ -215,7 +214,7 @@ const main = async () => {
         const o = yield* p.createOrganization({ name: "bench-inbound", plan: "developer" })
         return { key: (yield* p.issueApiKey(o.id)).apiKey, address: o.managedInboxAddress as string }
       }).pipe(
-        Effect.provide(Provisioning.Default.pipe(Layer.provideMerge(DatabaseLive), Layer.provide(testConfigLayer(env)))),
+        Effect.provide(Provisioning.Default.pipe(Layer.provideMerge(benchDatabase()), Layer.provide(testConfigLayer(env)))),
         Effect.scoped
       )
     )

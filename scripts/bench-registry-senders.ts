@@ -14,11 +14,10 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Layer } from "effect"
 import { createServer } from "node:http"
-import { DatabaseLive } from "../src/platform/Database.js"
 import { RegistryDirectory } from "../src/registries/Directory.js"
 import { testConfigLayer } from "../test/support/harness.js"
 import { startDnsServer } from "../test/support/dns.js"
-import { arg, message, percentile, provision, RawSmtp, scratch, startService } from "./bench-support.js"
+import { arg, benchDatabase, message, percentile, provision, RawSmtp, scratch, startService } from "./bench-support.js"
 
 const ENTRIES = arg("entries", 100_000)
 const MESSAGES = arg("messages", 400)
@@ -32,7 +31,7 @@ const ms = (xs: Array<number>) => {
 /** Runs `effect` over the scratch database (migrated), then closes it. */
 const withDatabase = <A>(env: Record<string, string>, effect: Effect.Effect<A, unknown, SqlClient.SqlClient | RegistryDirectory>) =>
   Effect.runPromise(effect.pipe(
-    Effect.provide(RegistryDirectory.Default.pipe(Layer.provideMerge(DatabaseLive), Layer.provide(testConfigLayer(env)))),
+    Effect.provide(RegistryDirectory.Default.pipe(Layer.provideMerge(benchDatabase()), Layer.provide(testConfigLayer(env)))),
     Effect.scoped
   ))
 

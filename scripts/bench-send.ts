@@ -20,11 +20,10 @@
  *   [DATABASE_URL=postgres://postgres@127.0.0.1:5432/test] npx tsx scripts/bench-send.ts [--messages 2000] [--scheduled 1000] [--stub-embeddings]
  */
 import { generateKeyPairSync } from "node:crypto"
-import { createServer as createHttpServer } from "node:http"
 import { createServer, type Server, type Socket } from "node:net"
 import nodemailer from "nodemailer"
 import pg from "pg"
-import { arg, budgetMark, cpuMsOf, percentile, printBudget, provision, scratch, startService } from "./bench-support.js"
+import { arg, budgetMark, cpuMsOf, percentile, printBudget, provision, scratch, startService, startStubEmbeddings } from "./bench-support.js"
 
 const MESSAGES = arg("messages", 2000)
 const SCHEDULED = arg("scheduled", 1000)
@@ -35,20 +34,6 @@ const WARMUP = 64
 const SPREAD_MS = 10_000
 /** `--stub-embeddings`: an embeddings service on loopback answering at once, so sent mail is not embedded by the in-process model. */
 const STUB_EMBEDDINGS = process.argv.includes("--stub-embeddings")
-
-const startStubEmbeddings = () =>
-  new Promise<{ url: string; close: () => void }>((resolve) => {
-    const server = createHttpServer((req, res) => {
-      let raw = ""
-      req.on("data", (c: Buffer) => (raw += c.toString("utf8")))
-      req.on("end", () => {
-        const input = (JSON.parse(raw) as { input: Array<string> }).input
-        res.writeHead(200, { "content-type": "application/json" })
-        res.end(JSON.stringify({ data: input.map((_, index) => ({ index, embedding: [1, 0, 0, 0] })) }))
-      })
-    })
-    server.listen(0, "127.0.0.1", () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, close: () => server.close() }))
-  })
 
 /** A minimal SMTP relay: accepts everything, counts messages, notes when each `X-Bench-Due` arrived. */
 const startRelay = () =>

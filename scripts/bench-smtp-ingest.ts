@@ -7,16 +7,40 @@
  * The service CPU is that of its whole process tree; `--workers 1,2` runs the measurement at each
  * count in turn and compares CPU per accepted email.
  *
- *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-smtp-ingest.ts [--seconds 15] [--sessions 50] [--body-bytes 10240] [--workers 1,2]
+ * `--drain` points the service at an embeddings service on loopback that answers at once and, after
+ * the flood, waits for the embedding backlog to take every stored message: the database's and the
+ * service's CPU per embedded document is then what the backlog itself costs (claim, lease,
+ * completion), not the model.
+ *
+ *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx scripts/bench-smtp-ingest.ts [--seconds 15] [--sessions 50] [--body-bytes 10240] [--workers 1,2] [--drain]
  */
 import pg from "pg"
-import { arg, budgetMark, cpuMsOf, message, percentile, printBudget, printCpuByWorkers, provision, RawSmtp, scratch, startService, workersArg } from "./bench-support.js"
+import { arg, budgetMark, cpuMsOf, message, percentile, printBudget, printCpuByWorkers, provision, RawSmtp, scratch, startService, startStubEmbeddings, workersArg } from "./bench-support.js"
 import { loadavg } from "node:os"
 
 const SECONDS = arg("seconds", 15)
 const SESSIONS = arg("sessions", 50)
 /** The body's size in bytes (10 KB by default). */
 const BODY_BYTES = arg("body-bytes", 10 * 1024)
+const DRAIN = process.argv.includes("--drain")
+
+/**
+ * Search documents not embedded yet. Builds before migration 0196 kept the backlog in
+ * search_documents itself (`embedded_at` null), so an older build (BENCH_SERVICE) is measured too.
+ */
+const pendingDocuments = async (url: string) => {
+  const c = new pg.Client({ connectionString: url })
+  await c.connect()
+  try {
+    const narrow = (await c.query("SELECT to_regclass('search_backlog') IS NOT NULL AS yes")).rows[0].yes as boolean
+    const r = await c.query(narrow
+      ? "SELECT count(*)::int AS n FROM search_backlog"
+      : "SELECT count(*)::int AS n FROM search_documents WHERE embedded_at IS NULL")
+    return r.rows[0].n as number
+  } finally {
+    await c.end()
+  }
+}
 
 const commits = async (url: string | undefined) => {
   if (url === undefined) return undefined
@@ -39,8 +63,10 @@ const backendsCpuMs = async (url: string | undefined) => {
 
 const run = async (workers: number) => {
   const db = await scratch("ingest")
-  const [org] = await provision(db.env, 1)
-  const service = await startService(db.env, { workers })
+  const stub = DRAIN ? await startStubEmbeddings() : undefined
+  const env = stub === undefined ? db.env : { ...db.env, EMBEDDINGS_URL: stub.url, EMBEDDINGS_MODEL: "bench-stub" }
+  const [org] = await provision(env, 1)
+  const service = await startService(env, { workers })
   try {
     // Warm-up: JIT, pools, prepared plans.
     const warm = await RawSmtp.open(service.smtpPort)
@@ -87,9 +113,30 @@ const run = async (workers: number) => {
     console.log(`service RSS ${(service.rssKb() / 1024).toFixed(0)} MB, peak ${(service.peakRssKb() / 1024).toFixed(0)} MB (target ≤ 512 MB${workers > 1 ? "; the primary's" : ""})`)
     await printBudget(service, mark, "accepted email", latencies.length)
     console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(" ")}`)
+    if (DRAIN && db.adminUrl !== undefined) {
+      const pending = await pendingDocuments(db.adminUrl)
+      const drainCpu = service.cpuMs()
+      const drainPg = await backendsCpuMs(db.adminUrl)
+      const drainStart = performance.now()
+      let left = pending
+      while (left > 0 && performance.now() - drainStart < 600_000) {
+        await new Promise((r) => setTimeout(r, 250))
+        left = await pendingDocuments(db.adminUrl)
+      }
+      const took = (performance.now() - drainStart) / 1000
+      const done = pending - left
+      const pgEnd = await backendsCpuMs(db.adminUrl)
+      const pgUsed = [...pgEnd!].reduce((n, [pid, ms]) => n + ms - (drainPg!.get(pid) ?? 0), 0)
+      const svcUsed = service.cpuMs() - drainCpu
+      console.log(
+        `embedding backlog drain (embeddings answered by a loopback stub): ${done} of ${pending} documents in ${took.toFixed(1)} s; ` +
+          `PostgreSQL backends CPU ${(pgUsed / Math.max(1, done)).toFixed(3)} ms and service CPU ${(svcUsed / Math.max(1, done)).toFixed(3)} ms per document`
+      )
+    }
     return { workers, cpuMsPerOp: cpuUsed / Math.max(1, latencies.length), rate }
   } finally {
     await service.stop()
+    stub?.close()
     await db.cleanup()
   }
 }

@@ -7,13 +7,14 @@ import { Effect, Layer } from "effect"
 import { execFileSync, spawn, type ChildProcess } from "node:child_process"
 import { fileURLToPath } from "node:url"
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { createServer as createHttpServer } from "node:http"
 import { connect, type Socket } from "node:net"
 import { cpus, loadavg, tmpdir } from "node:os"
-import { join } from "node:path"
+import { dirname, join } from "node:path"
 import { randomBytes } from "node:crypto"
 import pg from "pg"
 import { Provisioning } from "../src/identity/Provisioning.js"
-import { DatabaseLive } from "../src/platform/Database.js"
+import { databaseLayer, MIGRATIONS_DIR } from "../src/platform/Database.js"
 import type * as SqlCounters from "../src/platform/SqlCounters.js"
 import { freePort, testConfigLayer } from "../test/support/harness.js"
 
@@ -91,7 +92,7 @@ export const provision = (env: Record<string, string>, count: number, plan: "dev
       }
       return out
     }).pipe(
-      Effect.provide(Provisioning.Default.pipe(Layer.provideMerge(DatabaseLive), Layer.provide(testConfigLayer(env)))),
+      Effect.provide(Provisioning.Default.pipe(Layer.provideMerge(benchDatabase()), Layer.provide(testConfigLayer(env)))),
       Effect.scoped
     )
   )
@@ -114,6 +115,13 @@ export interface Service {
   readonly lagMaxMs: () => number
   readonly stop: () => Promise<void>
 }
+
+/**
+ * The database as the measured build migrates it: with BENCH_SERVICE, that build's own migrations
+ * (`migrations/` beside its `dist/`), so an older build is not measured against a newer schema.
+ */
+export const benchDatabase = () =>
+  databaseLayer(process.env.BENCH_SERVICE ? join(dirname(process.env.BENCH_SERVICE), "..", "..", "migrations") : MIGRATIONS_DIR)
 
 /** The service as `npm start` runs it: bundled once per benchmark run (scripts/build-server.mjs). */
 let built: string | undefined
@@ -497,3 +505,18 @@ export const printBudget = async (service: Measured, from: BudgetMark, label: st
       `${per(p.statements - q.statements, base)} statements, ${per(p.commits - q.commits, base)} commits`)
   }
 }
+
+/** An OpenAI-compatible embeddings service on loopback answering at once (the same vector for every text). */
+export const startStubEmbeddings = () =>
+  new Promise<{ url: string; close: () => void }>((resolve) => {
+    const server = createHttpServer((req, res) => {
+      let raw = ""
+      req.on("data", (c: Buffer) => (raw += c.toString("utf8")))
+      req.on("end", () => {
+        const input = (JSON.parse(raw) as { input: Array<string> }).input
+        res.writeHead(200, { "content-type": "application/json" })
+        res.end(JSON.stringify({ data: input.map((_, index) => ({ index, embedding: [1, 0, 0, 0] })) }))
+      })
+    })
+    server.listen(0, "127.0.0.1", () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, close: () => server.close() }))
+  })

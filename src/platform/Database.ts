@@ -206,8 +206,11 @@ const countedPgLayer = (config: pg.PoolConfig) =>
 /** True when the SqlClient is the embedded single-connection PGlite. */
 export class DatabaseKind extends Effect.Tag("mailroom/DatabaseKind")<DatabaseKind, { readonly embedded: boolean }>() {}
 
-/** SqlClient for the configured database, with migrations applied. */
-export const DatabaseLive = Layer.unwrapEffect(Effect.gen(function*() {
+/**
+ * SqlClient for the configured database, with the migrations of `directory` applied (another
+ * build's, for a benchmark that measures that build against a database it provisions itself).
+ */
+export const databaseLayer = (directory: string = MIGRATIONS_DIR) => Layer.unwrapEffect(Effect.gen(function*() {
   const config = yield* AppConfig
   const client = Option.match(config.databaseUrl, {
     onNone: () => layerPglite(join(config.dataDir, "pglite")),
@@ -215,5 +218,8 @@ export const DatabaseLive = Layer.unwrapEffect(Effect.gen(function*() {
     onSome: (url) => layerServer(url, poolSizeOf(config.databasePoolSize, workerRole()?.count ?? 1))
   })
   const kind = Layer.succeed(DatabaseKind, { embedded: Option.isNone(config.databaseUrl) })
-  return Layer.effectDiscard(migrate()).pipe(Layer.provideMerge(client), Layer.merge(kind))
+  return Layer.effectDiscard(migrate(directory)).pipe(Layer.provideMerge(client), Layer.merge(kind))
 }))
+
+/** SqlClient for the configured database, with migrations applied. */
+export const DatabaseLive = databaseLayer()

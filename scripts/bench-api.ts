@@ -198,7 +198,7 @@ const main = async () => {
   // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during the run.
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
   const statsFile = join(tmpdir(), `mailroom-bench-api-stats-${process.pid}.json`)
-  const service = spawn(process.execPath, [...serviceNodeArgs(), ...nodeArgs, process.env.BENCH_SERVICE ?? builtService()], {
+  const service = spawn(process.execPath, [...serviceNodeArgs(), ...nodeArgs, builtService()], {
     // One process unless WORKERS says otherwise: the capacity and CPU of one process, beside the
     // single-process references.
     env: { ...process.env, ...env, WORKERS: process.env.WORKERS ?? "1", PORT: String(port), SMTP_PORT: String(await freePort()), MAILROOM_STATS_FILE: statsFile },

@@ -24,13 +24,18 @@ SELECT id, embed_next_at, embed_attempts, embed_lease_until, embed_error
   FROM search_documents WHERE embedded_at IS NULL;
 
 -- Discarded content leaves the index and the vector; the subject and addresses are embedded again.
+-- A batch embedding the document meanwhile loses its lease, so it does not store its vector.
+CREATE FUNCTION search_document_without_content(doc uuid) RETURNS void LANGUAGE sql AS $$
+  UPDATE search_documents SET body = NULL, extracted = NULL WHERE id = doc;
+  DELETE FROM search_embeddings WHERE id = doc;
+  INSERT INTO search_backlog (id) SELECT id FROM search_documents WHERE id = doc
+  ON CONFLICT (id) DO UPDATE SET next_at = now(), attempts = 0, lease_until = NULL, error = NULL;
+$$;
+
 CREATE OR REPLACE FUNCTION search_documents_discard() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.content_discarded_at IS NOT NULL AND OLD.content_discarded_at IS NULL THEN
-    UPDATE search_documents SET body = NULL, extracted = NULL WHERE id = NEW.id;
-    DELETE FROM search_embeddings WHERE id = NEW.id;
-    INSERT INTO search_backlog (id) SELECT id FROM search_documents WHERE id = NEW.id
-    ON CONFLICT (id) DO UPDATE SET next_at = now(), attempts = 0, lease_until = NULL, error = NULL;
+    PERFORM search_document_without_content(NEW.id);
   END IF;
   RETURN NULL;
 END
@@ -54,10 +59,7 @@ BEGIN
       RETURNING id)
     INSERT INTO search_backlog (id) SELECT id FROM doc;
   ELSIF NEW.content_discarded AND TG_OP = 'UPDATE' AND NOT OLD.content_discarded THEN
-    UPDATE search_documents SET body = NULL, extracted = NULL WHERE id = NEW.id;
-    DELETE FROM search_embeddings WHERE id = NEW.id;
-    INSERT INTO search_backlog (id) SELECT id FROM search_documents WHERE id = NEW.id
-    ON CONFLICT (id) DO UPDATE SET next_at = now(), attempts = 0, lease_until = NULL, error = NULL;
+    PERFORM search_document_without_content(NEW.id);
   END IF;
   RETURN NULL;
 END

@@ -15,7 +15,7 @@
  *   [DATABASE_URL=postgres://postgres@127.0.0.1:5432/test] npx tsx scripts/bench-local-delivery.ts [--rate 50] [--seconds 20] [--stub-embeddings]
  */
 import { createServer } from "node:http"
-import { arg, percentile, provision, scratch, startService } from "./bench-support.js"
+import { arg, percentile, provision, scratch, startService, startStubEmbeddings } from "./bench-support.js"
 
 const RATE = arg("rate", 50)
 const SECONDS = arg("seconds", 20)
@@ -23,20 +23,6 @@ const SENDERS = arg("senders", 40)
 const RECEIVERS = 4
 /** `--stub-embeddings`: a loopback embeddings service answering at once, so the in-process model does not embed every sent and received email. */
 const STUB_EMBEDDINGS = process.argv.includes("--stub-embeddings")
-
-const startStubEmbeddings = () =>
-  new Promise<{ url: string; close: () => void }>((resolve) => {
-    const server = createServer((req, res) => {
-      let raw = ""
-      req.on("data", (c: Buffer) => (raw += c.toString("utf8")))
-      req.on("end", () => {
-        const input = (JSON.parse(raw) as { input: Array<string> }).input
-        res.writeHead(200, { "content-type": "application/json" })
-        res.end(JSON.stringify({ data: input.map((_, index) => ({ index, embedding: [1, 0, 0, 0] })) }))
-      })
-    })
-    server.listen(0, "127.0.0.1", () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, close: () => server.close() }))
-  })
 
 const startReceiver = () =>
   new Promise<{ url: string; arrived: Map<string, number>; close: () => void }>((resolve) => {

@@ -67,6 +67,42 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("transport edges", (
         expect(r.text).toMatch(/HTTP\/1\.1 200 [\s\S]*"status":"ok"/)
       }))
 
+    it.effect("2 MiB sent chunked, with no length declared: 413 payload_too_large, the connection serves the next request, nothing stored", () =>
+      Effect.gen(function*() {
+        const server = yield* TestServer
+        const token = yield* newOrg
+        const json = Buffer.from(JSON.stringify({ value: "z".repeat(2 * 1024 * 1024) }))
+        const chunks: Array<string | Buffer> = [
+          `PUT /v1/memories/chunked HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${token}\r\n` +
+          `content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`
+        ]
+        for (let at = 0; at < json.length; at += 64 * 1024) {
+          const part = json.subarray(at, at + 64 * 1024)
+          chunks.push(`${part.length.toString(16)}\r\n`, part, "\r\n")
+        }
+        chunks.push("0\r\n\r\n", "GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        const r = yield* onOneConnection(server.port, chunks, (t) => (t.match(/HTTP\/1\.1 /g) ?? []).length >= 2 && t.includes("\"status\":\"ok\""))
+        // Before, the body was torn down past the limit: the connection was reset and no answer arrived.
+        expect(r.error).toBeUndefined()
+        expect(r.text).toMatch(/^HTTP\/1\.1 413 /)
+        expect(r.text).toContain("\"code\":\"payload_too_large\"")
+        expect(r.text).toContain("\"limit_bytes\":1048576")
+        expect(r.text).toMatch(/HTTP\/1\.1 200 [\s\S]*"status":"ok"/)
+        const stored = yield* call("GET", "/v1/memories/chunked", { token })
+        expect(stored.status, stored.text).toBe(404)
+        // Within the limit, a chunked body is read whole.
+        const small = Buffer.from(JSON.stringify({ value: "s".repeat(10_000) }))
+        const ok = yield* onOneConnection(server.port, [
+          `PUT /v1/memories/chunked HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${token}\r\n` +
+          `content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`,
+          `${small.length.toString(16)}\r\n`, small, "\r\n0\r\n\r\n"
+        ], (t) => /\r\n\r\n\{[\s\S]*\}$/.test(t))
+        expect(ok.text).toMatch(/^HTTP\/1\.1 20[01] /)
+        const read = yield* call("GET", "/v1/memories/chunked", { token })
+        expect(read.status, read.text).toBe(200)
+        expect(read.body.data.value).toHaveLength(10_000)
+      }))
+
     it.effect("through fetch: 413 with the envelope, not a reset", () =>
       Effect.gen(function*() {
         const token = yield* newOrg

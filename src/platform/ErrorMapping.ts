@@ -33,6 +33,7 @@ import {
   nulInParams,
   nulSegment
 } from "./InputScreen.js"
+import { bodyLimitOf, tooLarge } from "./BodyLimits.js"
 import { pathOf, RequestId } from "./RequestContext.js"
 import type { RouteTable } from "./RouteTable.js"
 
@@ -201,7 +202,13 @@ export const apiMiddleware = (routes: RouteTable) => <E, R>(app: HttpApp.Default
             { status: 404 }
           )
         }
-        const defect = Option.getOrUndefined(Cause.dieOption(cause)) as { _tag?: string; reason?: string } | undefined
+        const defect = Option.getOrUndefined(Cause.dieOption(cause)) as
+          | { _tag?: string; reason?: string; cause?: { message?: unknown } }
+          | undefined
+        // A body that declared no length (chunked) and ran past the operation's limit while read.
+        if (defect?._tag === "RequestError" && defect.cause?.message === "maxBytes exceeded") {
+          return tooLarge(bodyLimitOf(pathOf((yield* HttpServerRequest.HttpServerRequest).url)), false)
+        }
         if (defect?._tag === "RequestError") {
           return yield* Effect.fail(
             new ValidationError({

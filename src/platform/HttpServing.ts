@@ -7,7 +7,8 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { Context, Effect, Layer, Scope } from "effect"
 import { Admission } from "./Admission.js"
 import { Idempotency } from "./Idempotency.js"
-import { type IncomingMessage, Server, type ServerResponse } from "node:http"
+import { IncomingMessage, Server, type ServerResponse } from "node:http"
+import { DRAIN_MAX_BYTES } from "./BodyLimits.js"
 import { parseTrustedProxies } from "./ClientAddress.js"
 import { AppConfig } from "./Config.js"
 import { creatingOperations } from "./Idempotency.js"
@@ -78,12 +79,34 @@ const requestContext = (
  */
 export const KEEP_ALIVE_TIMEOUT_MS = 65_000
 /**
+ * A request whose body is read past its limit is not torn down. The platform destroys a body it
+ * stops reading (past `MaxBodySize`: a chunked body, which declares no length the pipeline could
+ * refuse first), and destroying an unfinished request resets the connection: the client's next
+ * read fails before the 413 arrives. Instead the rest of the body is read and discarded, as Node
+ * does with any body its handler left unread, up to `DRAIN_MAX_BYTES`; past that the connection
+ * is closed.
+ */
+class DrainingIncomingMessage extends IncomingMessage {
+  override destroy(error?: Error): this {
+    if (this.complete || this.socket === null || this.socket.destroyed) return super.destroy(error)
+    this.removeAllListeners("data")
+    let left = DRAIN_MAX_BYTES
+    this.on("data", (chunk: Buffer | string) => {
+      left -= chunk.length
+      if (left < 0) super.destroy(error)
+    })
+    this.resume()
+    return this
+  }
+}
+
+/**
  * A Node HTTP server whose requests pass the admission gate before the app sees them (the gate
  * holds or refuses them at Node's level, before any fiber exists).
  */
 class GatedServer extends Server {
   constructor(private readonly gate: RequestGate) {
-    super()
+    super({ IncomingMessage: DrainingIncomingMessage })
   }
 
   override emit(event: string | symbol, ...args: Array<any>): boolean {

@@ -10,9 +10,9 @@
  * This module orders the steps and counts each caller's requests in progress; the rules of each step are in
  * `RateLimits`, `Shedding`, `BodyLimits` and `IdempotentRequest`.
  */
-import { HttpApp, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { FileSystem, HttpApp, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { ResponseError } from "@effect/platform/HttpServerError"
-import { Cause, Effect, FiberRef, LogLevel, Option, Stream } from "effect"
+import { Cause, Context, Effect, FiberRef, LogLevel, Option, Stream } from "effect"
 import type { BlockList } from "node:net"
 import type { Principal } from "../contract/Security.js"
 import { bearerToken } from "./Authentication.js"
@@ -53,31 +53,36 @@ export const requestPipeline = (
     if (left <= 0) byCaller.delete(caller)
     else byCaller.set(caller, left)
   }
-  const handle = Effect.gen(function*() {
-    const original = yield* HttpServerRequest.HttpServerRequest
+  const handle = (original: HttpServerRequest.HttpServerRequest) => Effect.gen(function*() {
     const requestId = `req_${randomToken(20)}`
     const started = Date.now()
     const path = pathOf(original.url)
     const method = original.method.toUpperCase()
+    // Each request is one operation of its method and path shape (SqlCounters.ts).
+    const operation = SqlCounters.begin(`http ${method} ${pathShape(path)}`)
+    // The server runs each request on a fiber of its own that ends with it, so the request's fiber
+    // refs are set for the rest of the fiber rather than scoped and restored (`Effect.locally`):
+    // each scoped change copies the fiber's refs going in and again coming out, on every request.
+    yield* FiberRef.set(SqlCounters.currentCharges, operation.charges)
+    yield* FiberRef.set(RequestId, requestId)
     // Everything downstream (limiters, idempotency scope, handlers) sees the client's address. A
     // request a function makes through its MAILROOM binding (its credential, which workerd sets
     // itself) is the organization's own: whatever forwarded headers the function wrote are ignored,
     // so per-address limits cannot be spoofed from inside a function whatever TRUSTED_PROXIES says.
     const fromFunction = (original.headers["authorization"] ?? "").startsWith(`Bearer ${PREFIX.functionToken}`)
-    const client = clientAddress(
-      Option.getOrUndefined(original.remoteAddress),
-      original.headers,
-      fromFunction ? undefined : options.trustedProxies
-    )
-    const request = original.modify({ remoteAddress: client })
+    const peer = Option.getOrUndefined(original.remoteAddress)
+    const client = clientAddress(peer, original.headers, fromFunction ? undefined : options.trustedProxies)
+    const request = client === peer ? original : original.modify({ remoteAddress: client })
 
     // `x-request-id` is set on the final response itself (below), whatever produced it.
     // Requests past the cap never get here (RequestGate); the health probe, which the gate lets
     // through, tells a balancer when the process is full.
     const counted = options.maxInflight > 0 && !isShedExempt(path)
     if (!counted && options.gate.full) {
+      SqlCounters.end(operation)
       return withRequestId(yield* finalize(request, unhealthy(options.maxInflight)), requestId)
     }
+    const limit = bodyLimitOf(path)
     // The caller whose share this request holds, once known.
     let heldBy: string | undefined
     const run: Effect.Effect<
@@ -89,7 +94,6 @@ export const requestPipeline = (
       // to its end first (discarding it) keeps the connection usable: a server that answers and
       // closes while the client is still sending makes the client's next read a reset instead of this answer.
       const declared = Number(request.headers["content-length"] ?? 0)
-      const limit = bodyLimitOf(path)
       if (declared > limit) {
         if (declared > DRAIN_MAX_BYTES) return tooLarge(limit, true)
         const drained = yield* Stream.runDrain(original.stream).pipe(Effect.either)
@@ -158,10 +162,16 @@ export const requestPipeline = (
       return yield* idempotent(app, request, scope, derivedScope, Option.isNone(principal), method, path)
     })
 
-    const response = yield* run.pipe(
-      Effect.provideService(HttpServerRequest.HttpServerRequest, request),
-      HttpIncomingMessage.withMaxBodySize(Option.some(bodyLimitOf(path))),
-      Effect.locally(RequestId, requestId),
+    // What the handlers see of the request, in one change of the context, and only when it differs:
+    // the client's address, and the body's limit for a request that has a body (HTTP/1.1: one
+    // with neither Content-Length nor Transfer-Encoding has none).
+    const length = request.headers["content-length"]
+    const hasBody = (length !== undefined && length !== "0") || request.headers["transfer-encoding"] !== undefined
+    const inContext = request === original && !hasBody ? run : Effect.mapInputContext(run, (context: Context.Context<Services | Admission | Idempotency>) => {
+      const withRequest = request === original ? context : Context.add(context, HttpServerRequest.HttpServerRequest, request)
+      return hasBody ? Context.add(withRequest, HttpIncomingMessage.MaxBodySize, Option.some(FileSystem.Size(limit))) : withRequest
+    })
+    const response = yield* inContext.pipe(
       // Last line of defence: nothing leaves as an empty 500.
       Effect.catchAllCause((cause) =>
         Cause.isInterruptedOnly(cause)
@@ -184,11 +194,10 @@ export const requestPipeline = (
         Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
       )
     }
+    SqlCounters.end(operation)
     return final
   })
-  // Each request is one operation of its method and path shape (SqlCounters.ts).
-  return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
-    SqlCounters.measure(`http ${request.method.toUpperCase()} ${pathShape(pathOf(request.url))}`)(handle))
+  return Effect.flatMap(HttpServerRequest.HttpServerRequest, handle)
 }
 
 /** A path with its identifiers replaced by `:id`, so that one route is one path of the counters. */

@@ -81,7 +81,13 @@ export interface Org {
 }
 
 /** Organizations created directly in the database (migrating it), before the service opens it. */
-export const provision = (env: Record<string, string>, count: number, plan: "developer" | "pro" = "developer") =>
+export const provision = (
+  env: Record<string, string>,
+  count: number,
+  plan: "developer" | "pro" = "developer",
+  /** The build whose migrations make the database (default: BENCH_SERVICE's, else this checkout's). */
+  build?: string
+) =>
   Effect.runPromise(
     Effect.gen(function*() {
       const p = yield* Provisioning
@@ -92,7 +98,7 @@ export const provision = (env: Record<string, string>, count: number, plan: "dev
       }
       return out
     }).pipe(
-      Effect.provide(Provisioning.Default.pipe(Layer.provideMerge(benchDatabase()), Layer.provide(testConfigLayer(env)))),
+      Effect.provide(Provisioning.Default.pipe(Layer.provideMerge(benchDatabase(build)), Layer.provide(testConfigLayer(env)))),
       Effect.scoped
     )
   )
@@ -120,8 +126,11 @@ export interface Service {
  * The database as the measured build migrates it: with BENCH_SERVICE, that build's own migrations
  * (`migrations/` beside its `dist/`), so an older build is not measured against a newer schema.
  */
-export const benchDatabase = () =>
-  databaseLayer(process.env.BENCH_SERVICE ? join(dirname(process.env.BENCH_SERVICE), "..", "..", "migrations") : MIGRATIONS_DIR)
+export const benchDatabase = (build: string | undefined = process.env.BENCH_SERVICE) =>
+  databaseLayer(build ? migrationsOf(build) : MIGRATIONS_DIR)
+
+/** The migrations of a build (a built `dist/server/main.mjs`): `migrations/` beside its `dist/`. */
+export const migrationsOf = (build: string) => join(dirname(build), "..", "..", "migrations")
 
 /** The service as `npm start` runs it: bundled once per benchmark run (scripts/build-server.mjs). */
 let built: string | undefined
@@ -234,7 +243,10 @@ export const serviceNodeArgs = () => {
   )
 }
 
-export const startService = async (env: Record<string, string>, options: { readonly workers?: number } = {}): Promise<Service> => {
+export const startService = async (
+  env: Record<string, string>,
+  options: { readonly workers?: number; /** A built main.mjs to run instead of `builtService()`. */ readonly build?: string } = {}
+): Promise<Service> => {
   const port = await freePort()
   const smtpPort = await freePort()
   // BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the service during a run.
@@ -244,7 +256,7 @@ export const startService = async (env: Record<string, string>, options: { reado
   const workers = String(options.workers ?? env.WORKERS ?? process.env.WORKERS ?? "1")
   // The stats file carries the database counters every benchmark prints per operation (`printBudget`).
   const statsFile = env.MAILROOM_STATS_FILE ?? join(tmpdir(), `mailroom-bench-stats-${process.pid}-${port}.json`)
-  const child = spawn(process.execPath, [...serviceNodeArgs(), ...extra, builtService()], {
+  const child = spawn(process.execPath, [...serviceNodeArgs(), ...extra, options.build ?? builtService()], {
     env: { ...process.env, ...env, MAILROOM_STATS_FILE: statsFile, WORKERS: workers, PORT: String(port), SMTP_PORT: String(smtpPort), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` },
     stdio: ["ignore", "ignore", "inherit"]
   })

@@ -8,19 +8,20 @@
  * in this pairing by ±4% a round and under 1% over four rounds.
  *
  *   [DATABASE_URL=postgres://…] npx tsx scripts/bench-pair.ts --a <built main.mjs> [--b <built main.mjs>]
- *     [--path /v1/account] [--rounds 4] [--seconds 5] [--concurrency 25] [--orgs 400]
+ *     [--path /v1/account] [--rounds 4] [--seconds 5] [--concurrency 25] [--orgs 400] [--seed]
  *
  * `--b` defaults to this checkout's build. A build of another commit: `git worktree add` it, link
  * `node_modules`, `npm run build` there, and pass its `dist/server/main.mjs`. `--path` is any GET
  * of the API; with a path other than `/v1/health` each request carries the API key of one of
  * `--orgs` organizations in turn, and the rate-limit windows are emptied between rounds so no
- * organization is refused. Prints each round's CPU per request (the service's process tree, user +
+ * organization is refused. `--seed` gives each organization the API benchmarks' data (an endpoint,
+ * 5 filters, 60 emails, 60 deliveries), for list paths such as `/v1/emails?limit=20`. Prints each round's CPU per request (the service's process tree, user +
  * system) of A and B, and B/A; below 1 means B spends less.
  */
 import http from "node:http"
 import pg from "pg"
 import { resolve } from "node:path"
-import { arg, builtService, provision, scratch, type Scratch, type Service, startService } from "./bench-support.js"
+import { arg, builtService, provision, scratch, type Scratch, seedApiData, type Service, startService } from "./bench-support.js"
 
 const text = (name: string, fallback: string | undefined) => {
   const i = process.argv.indexOf(`--${name}`)
@@ -37,6 +38,7 @@ const CONCURRENCY = arg("concurrency", 25)
 const ORGS = arg("orgs", 400)
 const WARMUP_SECONDS = 3
 const AUTHENTICATED = PATH !== "/v1/health"
+const SEED = process.argv.includes("--seed")
 
 interface Side {
   readonly name: string
@@ -51,6 +53,12 @@ interface Side {
 const start = async (name: string, build: string): Promise<Side> => {
   const db = await scratch(`pair_${name.toLowerCase()}`)
   const orgs = AUTHENTICATED ? await provision(db.env, ORGS, "developer", build) : []
+  if (SEED && db.adminUrl !== undefined) {
+    const c = new pg.Client({ connectionString: db.adminUrl })
+    await c.connect()
+    await seedApiData(c, orgs.map((o) => o.id))
+    await c.end()
+  }
   const service = await startService(db.env, { build })
   return {
     name,

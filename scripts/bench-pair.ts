@@ -5,7 +5,8 @@
  * round (another tenant of the host, a slower core, a busier PostgreSQL) it does to both, so the
  * ratio of their CPU per request holds where single runs do not: on the host these figures come
  * from, one build measured against itself in consecutive runs varies by ±20%, and against itself
- * in this pairing by ±4% a round and under 1% over four rounds.
+ * in this pairing by ±6% a round and 0.987–1.002 over four rounds (four pairs). A change of code
+ * shape can still move a pair by more than that, so a small ratio deserves a second pair.
  *
  *   [DATABASE_URL=postgres://…] npx tsx scripts/bench-pair.ts --a <built main.mjs> [--b <built main.mjs>]
  *     [--path /v1/account] [--rounds 4] [--seconds 5] [--concurrency 25] [--orgs 400] [--seed]

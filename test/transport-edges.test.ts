@@ -103,6 +103,23 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })("transport edges", (
         expect(read.body.data.value).toHaveLength(10_000)
       }))
 
+    it.effect("a chunked body streamed on past 64 MiB over the limit: the connection is closed, not drained forever", () =>
+      Effect.gen(function*() {
+        const server = yield* TestServer
+        const token = yield* newOrg
+        const mib = Buffer.alloc(1024 * 1024, "w")
+        const chunks: Array<string | Buffer> = [
+          `PUT /v1/memories/endless HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${token}\r\n` +
+          `content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`
+        ]
+        for (let i = 0; i < 80; i++) chunks.push(`${mib.length.toString(16)}\r\n`, mib, "\r\n")
+        chunks.push("0\r\n\r\n", "GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        const r = yield* onOneConnection(server.port, chunks, (t) => t.includes("\"status\":\"ok\""))
+        // 80 MiB read to the end would have let the next request through on the same connection.
+        expect(r.closed).toBe(true)
+        expect(r.text).not.toContain("\"status\":\"ok\"")
+      }))
+
     it.effect("through fetch: 413 with the envelope, not a reset", () =>
       Effect.gen(function*() {
         const token = yield* newOrg

@@ -87,16 +87,30 @@ export const KEEP_ALIVE_TIMEOUT_MS = 65_000
  * is closed.
  */
 class DrainingIncomingMessage extends IncomingMessage {
+  /** Bytes still accepted while draining; undefined until a destroy turned into a drain. */
+  private drainLeft: number | undefined
+
   override destroy(error?: Error): this {
-    if (this.complete || this.socket === null || this.socket.destroyed) return super.destroy(error)
+    if (this.complete || this.socket === null || this.socket.destroyed || this.drainLeft !== undefined) {
+      return super.destroy(error)
+    }
+    this.drainLeft = DRAIN_MAX_BYTES
     this.removeAllListeners("data")
-    let left = DRAIN_MAX_BYTES
-    this.on("data", (chunk: Buffer | string) => {
-      left -= chunk.length
-      if (left < 0) super.destroy(error)
-    })
     this.resume()
     return this
+  }
+
+  // Counted where the parser hands over the body, so the bound holds whoever reads it (Node's own
+  // discarding of an unread body, once the answer is sent, removes every `data` listener).
+  override push(chunk: unknown, encoding?: BufferEncoding): boolean {
+    if (this.drainLeft !== undefined && (typeof chunk === "string" || chunk instanceof Uint8Array)) {
+      this.drainLeft -= chunk.length
+      if (this.drainLeft < 0) {
+        super.destroy()
+        return false
+      }
+    }
+    return super.push(chunk, encoding)
   }
 }
 

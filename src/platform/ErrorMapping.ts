@@ -206,6 +206,8 @@ export const apiMiddleware = (routes: RouteTable) => <E, R>(app: HttpApp.Default
           | { _tag?: string; reason?: string; cause?: { message?: unknown } }
           | undefined
         // A body that declared no length (chunked) and ran past the operation's limit while read.
+        // The platform tells it only by its message (@effect/platform-node's body reader);
+        // test/transport-edges.test.ts fails if that message changes.
         if (defect?._tag === "RequestError" && defect.cause?.message === "maxBytes exceeded") {
           return tooLarge(bodyLimitOf(pathOf((yield* HttpServerRequest.HttpServerRequest).url)), false)
         }

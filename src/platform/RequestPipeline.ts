@@ -58,12 +58,11 @@ export const requestPipeline = (
     const started = Date.now()
     const path = pathOf(original.url)
     const method = original.method.toUpperCase()
-    // Each request is one operation of its method and path shape (SqlCounters.ts).
-    const operation = SqlCounters.begin(`http ${method} ${pathShape(path)}`)
     // The server runs each request on a fiber of its own that ends with it, so the request's fiber
     // refs are set for the rest of the fiber rather than scoped and restored (`Effect.locally`):
     // each scoped change copies the fiber's refs going in and again coming out, on every request.
-    yield* FiberRef.set(SqlCounters.currentCharges, operation.charges)
+    // Each request is one operation of its method and path shape (SqlCounters.ts).
+    const operation = yield* SqlCounters.beginForFiber(`http ${method} ${pathShape(path)}`)
     yield* FiberRef.set(RequestId, requestId)
     // Everything downstream (limiters, idempotency scope, handlers) sees the client's address. A
     // request a function makes through its MAILROOM binding (its credential, which workerd sets

@@ -123,6 +123,17 @@ export const end = (operation: Operation) => {
 export const within = <A, E, R>(operation: Operation, effect: Effect.Effect<A, E, R>) =>
   Effect.locally(effect, currentCharges, operation.charges)
 
+/**
+ * Begins an operation of `label` that the current fiber carries until it ends, without restoring
+ * the fiber's previous operation: for a fiber that serves one operation and ends with it (an HTTP
+ * request's), where `measure`'s scoped change would be copied in and out for nothing. `end` it.
+ */
+export const beginForFiber = (label: string): Effect.Effect<Operation> =>
+  Effect.suspend(() => {
+    const operation = begin(label)
+    return Effect.as(FiberRef.set(currentCharges, operation.charges), operation)
+  })
+
 /** Runs `effect` as one operation of `label`. */
 export const measure = (label: string) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.suspend(() => {

@@ -8,6 +8,9 @@ export default defineConfig({
     exclude: ["test/faults/**", "**/node_modules/**", ...HEAVY_SUITES],
     // Builds the CLI bundle the CLI tests spawn (test/support/cli.ts).
     globalSetup: ["test/support/globalSetup.ts"],
+    // Every response the service sends is checked against Schema's own encoding of it
+    // (src/platform/SchemaEncoder.ts): a compiled encoder that drifts fails the test that met it.
+    env: { MAILROOM_CHECK_ENCODING: "1" },
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: "forks",

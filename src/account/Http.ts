@@ -1,9 +1,9 @@
 /** Handlers of the Account area. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { AccountRepo } from "./Repo.js"
 import { WebhookSecrets } from "./WebhookSecret.js"
@@ -14,7 +14,7 @@ const orNotFound = <A, E, R>(effect: Effect.Effect<Option.Option<A>, E, R>) =>
     onSome: Effect.succeed
   }))
 
-export const AccountHttpLive = HttpApiBuilder.group(MailroomApi, "account", (handlers) =>
+export const AccountHttpLive = ApiGroup.group(MailroomApi, "account", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* AccountRepo
     const secrets = yield* WebhookSecrets

@@ -1,9 +1,9 @@
 /** Handlers of API keys. Only an admin-scoped credential reaches them (src/policy/Policy.ts). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Forbidden, NotFound, ValidationError } from "../contract/Errors.js"
 import { CurrentPrincipal, hasScope, type Principal, type Scope } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { Credentials } from "../platform/Credentials.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { displayPrefix, newApiKey, sha256Hex } from "../platform/Secrets.js"
@@ -19,7 +19,7 @@ const toApiKey = (r: KeyRow): ApiKey => ({
   last_used_at: r.last_used_at
 })
 
-export const ApiKeysHttpLive = HttpApiBuilder.group(MailroomApi, "apiKeys", (handlers) =>
+export const ApiKeysHttpLive = ApiGroup.group(MailroomApi, "apiKeys", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* ApiKeysRepo
     const credentials = yield* Credentials

@@ -1,10 +1,10 @@
 /** Handlers of the suppression list. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { type SuppressionRow, SuppressionsRepo } from "./Repo.js"
 
 const toSuppression = (r: SuppressionRow) => ({
@@ -17,7 +17,7 @@ const toSuppression = (r: SuppressionRow) => ({
   created_at: r.created_at
 })
 
-export const SuppressionsHttpLive = HttpApiBuilder.group(MailroomApi, "suppressions", (handlers) =>
+export const SuppressionsHttpLive = ApiGroup.group(MailroomApi, "suppressions", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* SuppressionsRepo
     const caller = Effect.map(CurrentPrincipal, (p) => p.orgId)

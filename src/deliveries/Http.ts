@@ -1,11 +1,11 @@
 /** Handlers of the Webhook deliveries area. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Clock, Effect, Layer, Option } from "effect"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { diagnose, eventIdOf } from "../webhooks/Diagnosis.js"
 import type { WebhookDelivery } from "./Api.js"
 import { DeliveryReplay } from "./Replay.js"
@@ -30,7 +30,7 @@ const toDelivery = (r: ListedRow): WebhookDelivery => ({
   replay_of: r.replay_of
 })
 
-export const DeliveriesHttpLive = HttpApiBuilder.group(MailroomApi, "deliveries", (handlers) =>
+export const DeliveriesHttpLive = ApiGroup.group(MailroomApi, "deliveries", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* DeliveriesRepo
     const replays = yield* DeliveryReplay

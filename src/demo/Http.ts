@@ -4,7 +4,6 @@
  * inline (read only: nothing is stored), emails and threads shown by their areas' presenters; search
  * by the search area's ranking (./Search.ts).
  */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
@@ -12,6 +11,7 @@ import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { DeliveriesRepo } from "../deliveries/Repo.js"
 import { toSummaryPage } from "../emails/Present.js"
 import { emailListQuery, EmailsRepo } from "../emails/Repo.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { AppConfig } from "../platform/Config.js"
 import { DemoSearch } from "./Search.js"
 import { demoSendMail } from "./SendMail.js"
@@ -31,7 +31,7 @@ const threadOf = (t: DemoThread) => toThread(threadRowOf(t.id, t.messages), t.me
 
 const deliveryById = new Map(demoDeliveries.map((d) => [d.id, d]))
 
-export const DemoHttpLive = HttpApiBuilder.group(MailroomApi, "demo", (handlers) =>
+export const DemoHttpLive = ApiGroup.group(MailroomApi, "demo", (handlers) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
     const search = yield* DemoSearch

@@ -3,7 +3,6 @@
  * ./Verify.ts; a claim checks the MX records by the same rules (`confirmed: true` takes over a domain
  * whose mail another provider receives).
  */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Policy } from "../policy/Policy.js"
@@ -12,6 +11,7 @@ import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { ENTITLEMENTS, upgradeHint } from "../contract/Plans.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { Dns } from "../net/Dns.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { AppConfig } from "../platform/Config.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
@@ -23,7 +23,7 @@ import { DomainVerification } from "./Verify.js"
 
 export const CLAIMS_PER_HOUR = { limit: 30, windowSeconds: 3600 } as const
 
-export const DomainsHttpLive = HttpApiBuilder.group(MailroomApi, "domains", (handlers) =>
+export const DomainsHttpLive = ApiGroup.group(MailroomApi, "domains", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* DomainsRepo
     const plans = yield* Policy

@@ -1,12 +1,12 @@
 /** Handlers of drafts. Deciding needs an admin-scoped credential (src/policy/Policy.ts). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { Approvals } from "./Approvals.js"
 import { DraftsRepo } from "./Repo.js"
 
-export const DraftsHttpLive = HttpApiBuilder.group(MailroomApi, "drafts", (handlers) =>
+export const DraftsHttpLive = ApiGroup.group(MailroomApi, "drafts", (handlers) =>
   Effect.gen(function*() {
     const approvals = yield* Approvals
     const org = Effect.map(CurrentPrincipal, (p) => p.orgId)

@@ -1,5 +1,5 @@
 /** Handlers of the Emails area and the downloads (token or bearer). */
-import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import contentDisposition from "content-disposition"
 import { Effect, Layer, Option } from "effect"
 import { simpleParser } from "mailparser"
@@ -15,6 +15,7 @@ import {
 } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { bearerToken, wwwAuthenticate } from "../platform/Authentication.js"
 import { AppConfig } from "../platform/Config.js"
 import { Credentials } from "../platform/Credentials.js"
@@ -24,7 +25,7 @@ import { type DownloadKind, DownloadTokens } from "./DownloadTokens.js"
 import { toEmail, toSummary, toSummaryPage } from "./Present.js"
 import { emailListQuery, EmailsRepo } from "./Repo.js"
 
-export const EmailsHttpLive = HttpApiBuilder.group(MailroomApi, "emails", (handlers) =>
+export const EmailsHttpLive = ApiGroup.group(MailroomApi, "emails", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* EmailsRepo
     const tokens = yield* DownloadTokens
@@ -90,7 +91,7 @@ const tarGz = (files: ReadonlyArray<{ name: string; content: Buffer }>) =>
     return Buffer.concat(chunks)
   })
 
-export const DownloadsHttpLive = HttpApiBuilder.group(MailroomApi, "downloads", (handlers) =>
+export const DownloadsHttpLive = ApiGroup.group(MailroomApi, "downloads", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* EmailsRepo
     const tokens = yield* DownloadTokens

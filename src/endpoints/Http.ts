@@ -1,5 +1,5 @@
 /** Handlers of the Endpoints area. */
-import { HttpApiBuilder, HttpApp, HttpServerResponse } from "@effect/platform"
+import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
@@ -8,6 +8,7 @@ import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { Dns } from "../net/Dns.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { EndpointsRepo, toEndpoint } from "./Repo.js"
 import { EndpointsService } from "./Service.js"
@@ -18,7 +19,7 @@ const status200 = HttpApp.appendPreResponseHandler((_req, res) =>
   Effect.succeed(res.status === 201 ? HttpServerResponse.setStatus(res, 200) : res)
 )
 
-export const EndpointsHttpLive = HttpApiBuilder.group(MailroomApi, "endpoints", (handlers) =>
+export const EndpointsHttpLive = ApiGroup.group(MailroomApi, "endpoints", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* EndpointsRepo
     const service = yield* EndpointsService

@@ -3,7 +3,7 @@
  * PostgreSQL, the in-process watcher on PGlite) and hold one of the organization's listen slots
  * while they wait, so they count on the same cap as waiting `listen` polls.
  */
-import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
+import { HttpServerResponse } from "@effect/platform"
 import { Chunk, Clock, Effect, Exit, Layer, Option, Scope, Stream } from "effect"
 import { MailroomApi } from "../Api.js"
 import { RateLimitExceeded, ValidationError } from "../contract/Errors.js"
@@ -11,6 +11,7 @@ import { CurrentPrincipal } from "../contract/Security.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { toEmail } from "../emails/Present.js"
 import { LISTEN_MAX_WAITS_PER_ORG, ListenWakeups } from "../listen/Wakeups.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { AppConfig } from "../platform/Config.js"
 import { requireWholeOrganization } from "../platform/InboxLimit.js"
 import { EVENT_LOG_RETENTION_HOURS, KEEP_ALIVE_SECONDS, WAIT_DEFAULT_SECONDS } from "./Api.js"
@@ -27,7 +28,7 @@ const slotsTaken = (what: string) =>
 /** One Server-Sent Event; the payload is one line of JSON (JSON escapes every line break). */
 const frame = (e: LoggedEvent) => `id: ${e.eventId}\nevent: ${e.eventType}\ndata: ${e.payload}\n\n`
 
-export const EventsHttpLive = HttpApiBuilder.group(MailroomApi, "events", (handlers) =>
+export const EventsHttpLive = ApiGroup.group(MailroomApi, "events", (handlers) =>
   Effect.gen(function*() {
     const waits = yield* EmailWaits
     const log = yield* EventLog

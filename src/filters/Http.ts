@@ -1,5 +1,4 @@
 /** Handlers of the Filters area. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Policy } from "../policy/Policy.js"
@@ -10,8 +9,9 @@ import { DomainsRepo } from "../domains/Repo.js"
 import { RegistriesRepo } from "../registries/Repo.js"
 import { FiltersRepo, toFilter } from "./Repo.js"
 import { normalizePattern } from "../mail/SenderPatterns.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 
-export const FiltersHttpLive = HttpApiBuilder.group(MailroomApi, "filters", (handlers) =>
+export const FiltersHttpLive = ApiGroup.group(MailroomApi, "filters", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* FiltersRepo
     const domains = yield* DomainsRepo

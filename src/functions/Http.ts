@@ -1,5 +1,4 @@
 /** Handlers of the Functions area. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
@@ -12,13 +11,14 @@ import { DomainsRepo } from "../domains/Repo.js"
 import { EndpointsRepo } from "../endpoints/Repo.js"
 import { EndpointsService } from "../endpoints/Service.js"
 import { Dns } from "../net/Dns.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { RoutesRepo } from "../routes/Repo.js"
 import { RoutesService } from "../routes/Service.js"
 import { FunctionDeployer } from "./Deploy.js"
 import { FunctionsRepo, toFunction, toFunctionWithCode, toInvocation } from "./Repo.js"
 import { FunctionsService } from "./Service.js"
 
-export const FunctionsHttpLive = HttpApiBuilder.group(MailroomApi, "functions", (handlers) =>
+export const FunctionsHttpLive = ApiGroup.group(MailroomApi, "functions", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* FunctionsRepo
     const deployer = yield* FunctionDeployer

@@ -1,8 +1,9 @@
 /** POST /agent/accounts: an emailless organization on the `agent` plan with its API key. */
-import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
+import { HttpServerRequest } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { LIMITS } from "../contract/Plans.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
 import { Provisioning } from "./Provisioning.js"
@@ -10,7 +11,7 @@ import { Provisioning } from "./Provisioning.js"
 /** Per client address: account creation is cheap to ask for, so it is metered on its own. */
 export const AGENT_ACCOUNTS_PER_HOUR = { limit: 20, windowSeconds: 3600 } as const
 
-export const AgentAccountsHttpLive = HttpApiBuilder.group(MailroomApi, "agentAccounts", (handlers) =>
+export const AgentAccountsHttpLive = ApiGroup.group(MailroomApi, "agentAccounts", (handlers) =>
   Effect.gen(function*() {
     const provisioning = yield* Provisioning
     const limiter = yield* RateLimiter

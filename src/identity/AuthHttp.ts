@@ -1,9 +1,10 @@
 /** Handlers of sign-up, device login, token refresh (public) and claim + logout (bearer). */
-import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
+import { HttpServerRequest } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Forbidden, NotFound } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { RateLimiter } from "../platform/RateLimiter.js"
 import { ClaimLinkBody, LoginStartBody, LogoutBody } from "./Api.js"
@@ -19,7 +20,7 @@ export const REFRESH_PER_ADDRESS = { limit: 120, windowSeconds: 3600 } as const
 
 const address = Effect.map(HttpServerRequest.HttpServerRequest, clientAddress)
 
-export const AuthHttpLive = HttpApiBuilder.group(MailroomApi, "auth", (handlers) =>
+export const AuthHttpLive = ApiGroup.group(MailroomApi, "auth", (handlers) =>
   Effect.gen(function*() {
     const signup = yield* Signup
     const device = yield* DeviceLogin
@@ -64,7 +65,7 @@ export const AuthHttpLive = HttpApiBuilder.group(MailroomApi, "auth", (handlers)
         }))
   }))
 
-export const AuthSessionHttpLive = HttpApiBuilder.group(MailroomApi, "authSession", (handlers) =>
+export const AuthSessionHttpLive = ApiGroup.group(MailroomApi, "authSession", (handlers) =>
   Effect.gen(function*() {
     const claim = yield* Claim
     const grants = yield* Grants

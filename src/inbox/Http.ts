@@ -3,7 +3,6 @@
  * the `Dns` service (DNS_SERVER, 2 s, one try) concurrently, and a failed lookup is an issue in the
  * report, never a failed request.
  */
-import { HttpApiBuilder } from "@effect/platform"
 import { Clock, Effect, Either, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { CurrentPrincipal } from "../contract/Security.js"
@@ -11,6 +10,7 @@ import { isOurExchange } from "../domains/Present.js"
 import type { DomainRow } from "../domains/Repo.js"
 import type { EndpointRow } from "../endpoints/Repo.js"
 import { Dns } from "../net/Dns.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { AppConfig } from "../platform/Config.js"
 import { RouteResolver } from "../routes/Resolver.js"
 import type { InboxAddress, InboxIssue, IssueCode } from "./Api.js"
@@ -49,7 +49,7 @@ const deliveryIssues = (d: LastDeliveryRow | null): Array<InboxIssue> => {
   return []
 }
 
-export const InboxHttpLive = HttpApiBuilder.group(MailroomApi, "inbox", (handlers) =>
+export const InboxHttpLive = ApiGroup.group(MailroomApi, "inbox", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* InboxRepo
     const dns = yield* Dns

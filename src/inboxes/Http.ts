@@ -1,11 +1,11 @@
 /** Handlers of Inboxes: they translate; InboxesService decides. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { InboxesService } from "./Service.js"
 
-export const InboxesHttpLive = HttpApiBuilder.group(MailroomApi, "inboxes", (handlers) =>
+export const InboxesHttpLive = ApiGroup.group(MailroomApi, "inboxes", (handlers) =>
   Effect.gen(function*() {
     const inboxes = yield* InboxesService
     const orgId = Effect.map(CurrentPrincipal, (p) => p.orgId)

@@ -1,10 +1,10 @@
 /** Handlers of the listen area (see Api.ts, Poll.ts, Wakeups.ts and migrations/0011_listen.sql). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { WebhookSecrets } from "../account/WebhookSecret.js"
 import { Conflict, NotFound } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { noStore } from "../platform/HttpHeaders.js"
 import { requireWholeOrganization } from "../platform/InboxLimit.js"
 import {
@@ -23,7 +23,7 @@ const toSession = (r: SessionRow): ListenSession => ({
   expires_at: r.expires_at
 })
 
-export const ListenHttpLive = HttpApiBuilder.group(MailroomApi, "listen", (handlers) =>
+export const ListenHttpLive = ApiGroup.group(MailroomApi, "listen", (handlers) =>
   Effect.gen(function*() {
     const sessions = yield* ListenSessions
     const poll = yield* ListenPoll

@@ -1,9 +1,10 @@
 /** Handlers of memories, in the organization's scope and in one function's. */
-import { HttpApiBuilder, HttpApp, HttpServerResponse } from "@effect/platform"
+import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound, ValidationError } from "../contract/Errors.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import type { Memory, MemoryKeyInfo, MemoryListQuery, PutMemory } from "./Api.js"
 import { keyProblem, type MemoryRow, type MemoryScope, MemoriesRepo, VALUE_MAX_BYTES } from "./Repo.js"
 import { MemoryScopes } from "./Scopes.js"
@@ -64,7 +65,7 @@ const created201 = HttpApp.appendPreResponseHandler((_req, res) =>
   Effect.succeed(res.status === 200 ? HttpServerResponse.setStatus(res, 201) : res)
 )
 
-export const MemoriesHttpLive = HttpApiBuilder.group(MailroomApi, "memories", (handlers) =>
+export const MemoriesHttpLive = ApiGroup.group(MailroomApi, "memories", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* MemoriesRepo
     const scopes = yield* MemoryScopes

@@ -1,10 +1,10 @@
 /** Handlers of the Payments area: HTTP to PaymentsService, PaymentsRepo and the email rail (no SQL here). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Clock, Effect, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Conflict, NotFound, ValidationError } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { AppConfig } from "../platform/Config.js"
 import { setHeader } from "../platform/HttpHeaders.js"
 import { Policy as AccessPolicy } from "../policy/Policy.js"
@@ -21,7 +21,7 @@ import { addressProblemText, displayAddress, parseEvmAddress } from "./Address.j
 const invalid = (field: string, reason: string) =>
   new ValidationError({ message: `${field}: ${reason}`, details: { issues: [{ field, reason }] } })
 
-export const PaymentsHttpLive = HttpApiBuilder.group(MailroomApi, "payments", (handlers) =>
+export const PaymentsHttpLive = ApiGroup.group(MailroomApi, "payments", (handlers) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
     const policy = yield* AccessPolicy

@@ -1,10 +1,10 @@
 /** Handlers of the Registries area. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Conflict, Forbidden, NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { Policy } from "../policy/Policy.js"
 import { type EntryPatch, type EntryRow, RegistriesRepo, type RegistryRow, toEntry, toRegistry } from "./Repo.js"
 
@@ -17,7 +17,7 @@ const ownerOnly = (registry: RegistryRow, what: string) =>
     details: { registry: registry.name, reason: "not_owner" }
   })
 
-export const RegistriesHttpLive = HttpApiBuilder.group(MailroomApi, "registries", (handlers) =>
+export const RegistriesHttpLive = ApiGroup.group(MailroomApi, "registries", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* RegistriesRepo
     const policy = yield* Policy

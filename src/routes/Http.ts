@@ -1,5 +1,4 @@
 /** Handlers of the Routes area. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
@@ -8,10 +7,11 @@ import { CurrentPrincipal } from "../contract/Security.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { EndpointsRepo } from "../endpoints/Repo.js"
 import { Dns } from "../net/Dns.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { RoutesRepo, toRoute } from "./Repo.js"
 import { RoutesService } from "./Service.js"
 
-export const RoutesHttpLive = HttpApiBuilder.group(MailroomApi, "routes", (handlers) =>
+export const RoutesHttpLive = ApiGroup.group(MailroomApi, "routes", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* RoutesRepo
     const routes = yield* RoutesService

@@ -1,8 +1,8 @@
 /** Handlers of Search. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { inboxesOf } from "../platform/InboxLimit.js"
 import { Policy } from "../policy/Policy.js"
 import { DEFAULT_SEARCH_LIMIT } from "./Api.js"
@@ -10,7 +10,7 @@ import { SearchRepo } from "./Repo.js"
 import { Search } from "./Search.js"
 import { VectorIndex } from "./Vectors.js"
 
-export const SearchHttpLive = HttpApiBuilder.group(MailroomApi, "search", (handlers) =>
+export const SearchHttpLive = ApiGroup.group(MailroomApi, "search", (handlers) =>
   Effect.gen(function*() {
     const search = yield* Search
     const policy = yield* Policy

@@ -1,5 +1,5 @@
 /** Handlers of Sending. */
-import { HttpApiBuilder, HttpApp, HttpServerResponse } from "@effect/platform"
+import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Forbidden, NotFound, NotScheduled } from "../contract/Errors.js"
@@ -7,6 +7,7 @@ import { decodeCursor, DEFAULT_PAGE_SIZE, pageOf } from "../contract/Paging.js"
 import { LIMITS } from "../contract/Plans.js"
 import { CurrentPrincipal, type Principal } from "../contract/Security.js"
 import { ValidationError } from "../contract/Errors.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { SendApproval } from "./Approval.js"
 import { SCHEDULE_MAX_DAYS } from "./Api.js"
 import { sendBatch, sendInputOf } from "./Batch.js"
@@ -28,7 +29,7 @@ const status202 = HttpApp.appendPreResponseHandler((_req, res) =>
   Effect.succeed(res.status === 201 ? HttpServerResponse.setStatus(res, 202) : res)
 )
 
-export const SendingHttpLive = HttpApiBuilder.group(MailroomApi, "sending", (handlers) =>
+export const SendingHttpLive = ApiGroup.group(MailroomApi, "sending", (handlers) =>
   Effect.gen(function*() {
     const sender = yield* Sender
     const repo = yield* SendingRepo

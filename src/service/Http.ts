@@ -1,10 +1,11 @@
 /** Handlers of the operational endpoints. */
-import { HttpApiBuilder, OpenApi } from "@effect/platform"
+import { OpenApi } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { PREFIX } from "../platform/Secrets.js"
 import { AppConfig } from "../platform/Config.js"
 import { VERSION } from "../contract/Version.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { DatabaseHealth } from "./Health.js"
 
 /** Every operation of the contract that needs no credential, read off the derived OpenAPI document. */
@@ -23,7 +24,7 @@ export const publicOperations = () => {
   return out
 }
 
-export const ServiceHttpLive = HttpApiBuilder.group(MailroomApi, "service", (handlers) =>
+export const ServiceHttpLive = ApiGroup.group(MailroomApi, "service", (handlers) =>
   Effect.gen(function*() {
     const { probe } = yield* DatabaseHealth
     const config = yield* AppConfig

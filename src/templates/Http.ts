@@ -1,5 +1,4 @@
 /** Handlers of the Templates area: public reads, and the install (templates/Install.ts) behind the entitlement. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
@@ -12,6 +11,7 @@ import { RoutesRepo } from "../routes/Repo.js"
 import { RoutesService } from "../routes/Service.js"
 import { DomainsRepo } from "../domains/Repo.js"
 import { Dns } from "../net/Dns.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { Policy } from "../policy/Policy.js"
 import { WakesRepo } from "../wake/Repo.js"
 import { TemplateCatalog } from "./Catalog.js"
@@ -28,7 +28,7 @@ const summary = (t: TemplateDetail): Template => ({
   version: t.version
 })
 
-export const TemplatesHttpLive = HttpApiBuilder.group(MailroomApi, "templates", (handlers) =>
+export const TemplatesHttpLive = ApiGroup.group(MailroomApi, "templates", (handlers) =>
   Effect.gen(function*() {
     const catalog = yield* TemplateCatalog
     const installer = yield* TemplateInstaller

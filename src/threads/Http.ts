@@ -1,15 +1,15 @@
 /** Handlers of Threads: the repository's rows, shown by ./Present.ts. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
 import { decodeCursor, DEFAULT_PAGE_SIZE } from "../contract/Paging.js"
 import { CurrentPrincipal } from "../contract/Security.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { toWatch, WakesRepo } from "../wake/Repo.js"
 import { threadRowOf, threadsPage, toMessage, toThread } from "./Present.js"
 import { ThreadsRepo } from "./Repo.js"
 
-export const ThreadsHttpLive = HttpApiBuilder.group(MailroomApi, "threads", (handlers) =>
+export const ThreadsHttpLive = ApiGroup.group(MailroomApi, "threads", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* ThreadsRepo
     const wakes = yield* WakesRepo

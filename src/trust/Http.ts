@@ -1,5 +1,4 @@
 /** Handlers of quarantine. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { MailroomApi } from "../Api.js"
 import { NotFound } from "../contract/Errors.js"
@@ -7,10 +6,11 @@ import { CurrentPrincipal } from "../contract/Security.js"
 import { DownloadTokens } from "../emails/DownloadTokens.js"
 import { toEmail } from "../emails/Present.js"
 import { EmailsRepo } from "../emails/Repo.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { AppConfig } from "../platform/Config.js"
 import { QuarantineRelease } from "./Release.js"
 
-export const QuarantineHttpLive = HttpApiBuilder.group(MailroomApi, "quarantine", (handlers) =>
+export const QuarantineHttpLive = ApiGroup.group(MailroomApi, "quarantine", (handlers) =>
   Effect.gen(function*() {
     const quarantine = yield* QuarantineRelease
     const repo = yield* EmailsRepo

@@ -1,5 +1,4 @@
 /** Handlers of the Wake area. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Clock, Effect, Layer, Option } from "effect"
 import { MailroomApi } from "../Api.js"
 import { Policy } from "../policy/Policy.js"
@@ -16,13 +15,14 @@ import { AppConfig } from "../platform/Config.js"
 import { PAYLOAD_MAX_BYTES } from "./Api.js"
 import { WakeFiring } from "./Firing.js"
 import { wakeAddress } from "../mail/WakeMessage.js"
+import * as ApiGroup from "../platform/ApiGroup.js"
 import { toAllowlist, toWake, toWatch, WakesRepo } from "./Repo.js"
 import { checkSchedule } from "./Schedule.js"
 
 const invalid = (field: string, reason: string) =>
   new ValidationError({ message: `${field}: ${reason}`, details: { issues: [{ field, reason }] } })
 
-export const WakesHttpLive = HttpApiBuilder.group(MailroomApi, "wakes", (handlers) =>
+export const WakesHttpLive = ApiGroup.group(MailroomApi, "wakes", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* WakesRepo
     const functions = yield* FunctionsRepo

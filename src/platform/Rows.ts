@@ -12,6 +12,7 @@
  * error (and the SQL error) into a defect whose message names the statement.
  */
 import { Cause, Effect, Option, ParseResult, Schema } from "effect"
+import { decoderOf, NOT_DECODED } from "./SchemaDecoder.js"
 
 /** A point in time: a Date, or the ISO/PostgreSQL text of one. Decodes to a Date. */
 export const Timestamp: Schema.Schema<Date, Date | string> = Schema.Union(Schema.DateFromSelf, Schema.DateFromString)
@@ -68,11 +69,24 @@ const once = (cache: WeakMap<object, unknown>, key: object, make: () => unknown)
   return cache.get(key)
 }
 
+/**
+ * The compiled decoder of `schema` (platform/SchemaDecoder.ts), falling back to Schema's own where it
+ * gives up: Schema then decodes, or reports the error.
+ */
+const compiledOrSchema = <A, I, R>(schema: Schema.Schema<A, I, R>): Decoder<A, R> => {
+  const fast = decoderOf(schema)
+  const slow = Schema.decodeUnknown(schema)
+  return (u) => {
+    const out = fast(u)
+    return out === NOT_DECODED ? slow(u) : Effect.succeed(out as A)
+  }
+}
+
 const decodeArray = <A, I, R>(schema: Schema.Schema<A, I, R>) =>
-  once(arrayDecoders, schema, () => Schema.decodeUnknown(Schema.Array(schema))) as Decoder<ReadonlyArray<A>, R>
+  once(arrayDecoders, schema, () => compiledOrSchema(Schema.Array(schema))) as Decoder<ReadonlyArray<A>, R>
 
 const decodeRow = <A, I, R>(schema: Schema.Schema<A, I, R>) =>
-  once(rowDecoders, schema, () => Schema.decodeUnknown(schema)) as Decoder<A, R>
+  once(rowDecoders, schema, () => compiledOrSchema(schema)) as Decoder<A, R>
 
 const encodeWith = <A, I, R>(schema: Schema.Schema<A, I, R>) =>
   once(encoders, schema, () => Schema.encode(schema)) as (a: A) => Effect.Effect<I, ParseResult.ParseError, R>

@@ -16,15 +16,15 @@
 import { Either, Option, ParseResult, Schema, SchemaAST as AST } from "effect"
 
 /** Thrown (and caught by `encoderOf`) when the compiled encoder gives up. */
-const GIVE_UP: unique symbol = Symbol("mailroom/SchemaEncoder/giveUp")
-const giveUp = (): never => {
+export const GIVE_UP: unique symbol = Symbol("mailroom/SchemaEncoder/giveUp")
+export const giveUp = (): never => {
   throw GIVE_UP
 }
 
 type Encode = (value: unknown) => unknown
-type Check = (value: unknown) => boolean
+export type Check = (value: unknown) => boolean
 
-const OPTIONS = AST.defaultParseOption
+export const OPTIONS = AST.defaultParseOption
 
 /** Schema's own encoder for a part this module does not compile. */
 const bySchema = (ast: AST.AST): Encode => {
@@ -42,10 +42,10 @@ const checkBySchema = (ast: AST.AST): Check => {
 }
 
 /** A step that Schema runs with parse options of its own: left to Schema, which honours them. */
-const hasOwnOptions = (ast: AST.AST) => Option.isSome(AST.getParseOptionsAnnotation(ast))
+export const hasOwnOptions = (ast: AST.AST) => Option.isSome(AST.getParseOptionsAnnotation(ast))
 
 /** Encodes to itself: the value is its own encoding once it passes the check. */
-const leafCheck = (ast: AST.AST): Check | undefined => {
+export const leafCheck = (ast: AST.AST): Check | undefined => {
   switch (ast._tag) {
     case "StringKeyword":
       return (v) => typeof v === "string"
@@ -220,7 +220,7 @@ const discriminated = (ast: AST.Union): Encode | undefined => {
   return undefined
 }
 
-const CHECK = process.env.MAILROOM_CHECK_ENCODING === "1"
+export const CHECK = process.env.MAILROOM_CHECK_ENCODING === "1"
 
 /**
  * The compiled encoder of a schema: the encoded value, or `undefined` when it gave up (encode with

@@ -3,12 +3,16 @@
  * HttpApiBuilder runs; the reference) against the compiled encoder the service now uses
  * (src/platform/SchemaEncoder.ts), on the same values: a page of `--items` generated values of the
  * endpoint's own schema (fixed seed), encoded `--iterations` times each way after a warm-up. Both
- * results are compared once, so a figure is never printed for encoders that disagree.
+ * results are compared once, so a figure is never printed for encoders that disagree. Then the same for
+ * decoding a page of rows as the repositories do (src/platform/SchemaDecoder.ts against
+ * `Schema.decodeUnknown`), on rows generated on the row schema's encoded side (the driver's forms).
  *
  *   npx tsx scripts/bench-encoding.ts [--items 20] [--iterations 3000]
  */
 import { Arbitrary, Either, FastCheck, ParseResult, Schema, SchemaAST } from "effect"
 import { MailroomApi } from "../src/Api.js"
+import { SummaryRow } from "../src/emails/Repo.js"
+import { decoderOf } from "../src/platform/SchemaDecoder.js"
 import { encoderOf } from "../src/platform/SchemaEncoder.js"
 import { arg } from "./bench-support.js"
 
@@ -66,4 +70,21 @@ for (const [groupName, endpointName] of SHAPES) {
   const slow = time(() => reference(value))
   const fast = time(() => compiled(value))
   console.log(`${`${groupName}.${endpointName}`.padEnd(22)} ${String(items).padStart(5)} ${slow.toFixed(1).padStart(10)} ${fast.toFixed(1).padStart(12)} ${(fast / slow).toFixed(3).padStart(7)}`)
+}
+
+console.log(`\nrow decoding: µs per page of ${ITEMS} rows`)
+console.log(`${"rows".padEnd(22)} ${"".padStart(5)} ${"Schema µs".padStart(10)} ${"compiled µs".padStart(12)} ${"ratio".padStart(7)}`)
+for (const [name, row] of [["emails list (SummaryRow)", SummaryRow]] as const) {
+  const page = Schema.Array(row as Schema.Schema.Any)
+  const rows = FastCheck.sample(Arbitrary.make(Schema.encodedSchema(row as Schema.Schema.Any)), { numRuns: 400, seed: 3 })
+  const reference = ParseResult.decodeUnknownEither(page as unknown as Schema.Schema<unknown, unknown, never>)
+  const decodable = rows.filter((r) => Either.isRight(reference([r]))).slice(0, ITEMS)
+  const compiled = decoderOf(page)
+  const expected = reference(decodable)
+  if (decodable.length < ITEMS || Either.isLeft(expected) || JSON.stringify(expected.right) !== JSON.stringify(compiled(decodable))) {
+    throw new Error(`${name}: the decoders disagree (or too few decodable rows)`)
+  }
+  const slow = time(() => reference(decodable))
+  const fast = time(() => compiled(decodable))
+  console.log(`${name.padEnd(22)} ${"".padStart(5)} ${slow.toFixed(1).padStart(10)} ${fast.toFixed(1).padStart(12)} ${(fast / slow).toFixed(3).padStart(7)}`)
 }

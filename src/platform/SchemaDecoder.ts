@@ -11,20 +11,10 @@
  * as Schema does when no member is keyed by a literal: `Timestamp`, `Count`).
  * `MAILROOM_CHECK_ENCODING=1` compares every compiled result with Schema's.
  */
-import { Either, Option, ParseResult, Schema, SchemaAST as AST } from "effect"
-import { CHECK, GIVE_UP, giveUp, hasOwnOptions, leafCheck, OPTIONS } from "./SchemaEncoder.js"
-
-type Decode = (value: unknown) => unknown
+import { Either, Option, ParseResult, type Schema, SchemaAST as AST } from "effect"
+import { CHECK, type Compiled, giveUp, GIVE_UP, hasOwnOptions, leafCheck, makeCompiler, OPTIONS, runCompiled } from "./SchemaCompile.js"
 
 export const NOT_DECODED: unique symbol = Symbol("mailroom/SchemaDecoder/notDecoded")
-
-const bySchema = (ast: AST.AST): Decode => {
-  const decode = ParseResult.decodeUnknownEither(Schema.make(ast))
-  return (value) => {
-    const result = decode(value)
-    return Either.isRight(result) ? result.right : giveUp()
-  }
-}
 
 /** Parts that never pick a union member by a literal field (Schema tries them in order). */
 const unkeyed = (ast: AST.AST): boolean => {
@@ -43,97 +33,31 @@ const unkeyed = (ast: AST.AST): boolean => {
   }
 }
 
-const compiled = new WeakMap<AST.AST, Decode>()
-
-const compile = (ast: AST.AST): Decode => {
-  const known = compiled.get(ast)
-  if (known !== undefined) return known
-  const decode = hasOwnOptions(ast) ? bySchema(ast) : build(ast)
-  compiled.set(ast, decode)
-  return decode
-}
-
-const build = (ast: AST.AST): Decode => {
-  const leaf = leafCheck(ast)
-  if (leaf !== undefined) return (v) => leaf(v) ? v : giveUp()
-  switch (ast._tag) {
-    case "Refinement": {
-      const from = compile(ast.from)
-      const filter = ast.filter
-      return (v) => {
-        const a = from(v)
-        return Option.isNone(filter(a, OPTIONS, ast)) ? a : giveUp()
-      }
+const compile = makeCompiler(true, (ast, compile): Compiled | undefined => {
+  if (AST.isRefinement(ast)) {
+    const from = compile(ast.from)
+    const filter = ast.filter
+    return (v) => {
+      const a = from(v)
+      return Option.isNone(filter(a, OPTIONS, ast)) ? a : giveUp()
     }
-    case "Transformation": {
-      const from = compile(ast.from)
-      const to = compile(ast.to)
-      const transformation = ast.transformation
-      if (AST.isComposeTransformation(transformation)) return (v) => to(from(v))
-      if (!AST.isFinalTransformation(transformation)) return bySchema(ast)
-      return (v) => {
-        const result = transformation.decode(from(v), OPTIONS, ast, v)
-        return Either.isEither(result) && Either.isRight(result) ? to(result.right) : giveUp()
-      }
-    }
-    case "Declaration": {
-      const parse = ast.decodeUnknown(...ast.typeParameters)
-      return (v) => {
-        const result = parse(v, OPTIONS, ast)
-        return Either.isEither(result) && Either.isRight(result) ? result.right : giveUp()
-      }
-    }
-    case "TupleType": {
-      if (ast.elements.length > 0 || ast.rest.length !== 1) return bySchema(ast)
-      const item = compile(ast.rest[0]!.type)
-      return (v) => {
-        if (!Array.isArray(v)) return giveUp()
-        const out = new Array(v.length)
-        for (let i = 0; i < v.length; i++) out[i] = item(v[i])
-        return out
-      }
-    }
-    case "TypeLiteral": {
-      if (ast.indexSignatures.length > 0) return bySchema(ast)
-      const fields = ast.propertySignatures.map((ps) => ({ name: ps.name, optional: ps.isOptional, decode: compile(ps.type) }))
-      return (v) => {
-        if (typeof v !== "object" || v === null || Array.isArray(v)) return giveUp()
-        const input = v as Record<PropertyKey, unknown>
-        const out: Record<PropertyKey, unknown> = {}
-        for (const field of fields) {
-          if (!Object.prototype.hasOwnProperty.call(input, field.name) && field.optional) continue
-          out[field.name] = field.decode(input[field.name])
-        }
-        return out
-      }
-    }
-    case "Union": {
-      const members = ast.types
-      const leaves = members.map((m) => hasOwnOptions(m) ? undefined : leafCheck(m))
-      if (leaves.every((l) => l !== undefined)) return (v) => leaves.some((check) => check!(v)) ? v : giveUp()
-      if (members.every(unkeyed)) {
-        const tries = members.map(compile)
-        return (v) => {
-          for (const attempt of tries) {
-            try {
-              return attempt(v)
-            } catch (error) {
-              if (error !== GIVE_UP) throw error
-            }
-          }
-          return giveUp()
-        }
-      }
-      return bySchema(ast)
-    }
-    case "Suspend": {
-      let inner: Decode | undefined
-      return (v) => (inner ??= compile(ast.f()))(v)
-    }
-    default:
-      return bySchema(ast)
   }
-}
+  const members = ast.types
+  const leaves = members.map((m) => hasOwnOptions(m) ? undefined : leafCheck(m))
+  if (leaves.every((l) => l !== undefined)) return (v) => leaves.some((check) => check!(v)) ? v : giveUp()
+  if (!members.every(unkeyed)) return undefined
+  const tries = members.map(compile)
+  return (v) => {
+    for (const attempt of tries) {
+      try {
+        return attempt(v)
+      } catch (error) {
+        if (error !== GIVE_UP) throw error
+      }
+    }
+    return giveUp()
+  }
+})
 
 /** Deep equality for decoded values, where two invalid Dates are the same value (Node's is not). */
 export const sameDecoded = (a: unknown, b: unknown): boolean => {
@@ -153,14 +77,8 @@ export const decoderOf = (schema: Schema.Schema.Any): (value: unknown) => unknow
   const decode = compile(schema.ast)
   const bySchemaOnly = CHECK ? ParseResult.decodeUnknownEither(schema as Schema.Schema<unknown, unknown, never>) : undefined
   return (value) => {
-    let out: unknown
-    try {
-      out = decode(value)
-    } catch (error) {
-      if (error === GIVE_UP) return NOT_DECODED
-      throw error
-    }
-    if (bySchemaOnly !== undefined) {
+    const out = runCompiled(decode, value, NOT_DECODED)
+    if (bySchemaOnly !== undefined && out !== NOT_DECODED) {
       const expected = bySchemaOnly(value)
       if (!Either.isRight(expected) || !sameDecoded(expected.right, out)) {
         throw new Error(`compiled decoding differs from Schema's for ${String(schema.ast).slice(0, 200)}`)

@@ -14,57 +14,12 @@
  * `MAILROOM_CHECK_ENCODING=1` (the test suite sets it) compares every compiled result with Schema's.
  */
 import { Either, Option, ParseResult, Schema, SchemaAST as AST } from "effect"
-
-/** Thrown (and caught by `encoderOf`) when the compiled encoder gives up. */
-export const GIVE_UP: unique symbol = Symbol("mailroom/SchemaEncoder/giveUp")
-export const giveUp = (): never => {
-  throw GIVE_UP
-}
-
-type Encode = (value: unknown) => unknown
-export type Check = (value: unknown) => boolean
-
-export const OPTIONS = AST.defaultParseOption
-
-/** Schema's own encoder for a part this module does not compile. */
-const bySchema = (ast: AST.AST): Encode => {
-  const encode = ParseResult.encodeUnknownEither(Schema.make(ast))
-  return (value) => {
-    const result = encode(value)
-    return Either.isRight(result) ? result.right : giveUp()
-  }
-}
+import { CHECK, type Check, type Compiled, giveUp, hasOwnOptions, leafCheck, makeCompiler, OPTIONS, runCompiled } from "./SchemaCompile.js"
 
 /** Schema's own check of a type side (what a refinement's encoding validates first). */
 const checkBySchema = (ast: AST.AST): Check => {
   const decode = ParseResult.decodeUnknownEither(Schema.make(ast))
   return (value) => Either.isRight(decode(value))
-}
-
-/** A step that Schema runs with parse options of its own: left to Schema, which honours them. */
-export const hasOwnOptions = (ast: AST.AST) => Option.isSome(AST.getParseOptionsAnnotation(ast))
-
-/** Encodes to itself: the value is its own encoding once it passes the check. */
-export const leafCheck = (ast: AST.AST): Check | undefined => {
-  switch (ast._tag) {
-    case "StringKeyword":
-      return (v) => typeof v === "string"
-    case "NumberKeyword":
-      return (v) => typeof v === "number"
-    case "BooleanKeyword":
-      return (v) => typeof v === "boolean"
-    case "UndefinedKeyword":
-      return (v) => v === undefined
-    case "UnknownKeyword":
-    case "AnyKeyword":
-      return () => true
-    case "Literal": {
-      const literal = ast.literal
-      return (v) => v === literal
-    }
-    default:
-      return undefined
-  }
 }
 
 const typeChecks = new WeakMap<AST.AST, Check>()
@@ -100,104 +55,12 @@ const typeCheck = (ast: AST.AST): Check => {
 
 const dropRefinements = (ast: AST.AST): AST.AST => AST.isRefinement(ast) ? dropRefinements(ast.from) : ast
 
-const compiled = new WeakMap<AST.AST, Encode>()
-
-const compile = (ast: AST.AST): Encode => {
-  const known = compiled.get(ast)
-  if (known !== undefined) return known
-  const encode = hasOwnOptions(ast) ? bySchema(ast) : build(ast)
-  compiled.set(ast, encode)
-  return encode
-}
-
-const build = (ast: AST.AST): Encode => {
-  const leaf = leafCheck(ast)
-  if (leaf !== undefined) return (v) => leaf(v) ? v : giveUp()
-  switch (ast._tag) {
-    case "Refinement": {
-      // As Schema: the value must pass the whole type side (filters included), then the part below
-      // the filters encodes it.
-      const check = typeCheck(AST.typeAST(ast))
-      const encode = compile(dropRefinements(ast.from))
-      return (v) => check(v) ? encode(v) : giveUp()
-    }
-    case "Transformation": {
-      // Encoding runs backwards: the type side, the transformation's `encode`, the encoded side.
-      const to = compile(ast.to)
-      const from = compile(ast.from)
-      const transformation = ast.transformation
-      if (AST.isComposeTransformation(transformation)) return (v) => from(to(v))
-      if (!AST.isFinalTransformation(transformation)) return bySchema(ast)
-      return (v) => {
-        const result = transformation.encode(to(v), OPTIONS, ast, v)
-        return Either.isEither(result) && Either.isRight(result) ? from(result.right) : giveUp()
-      }
-    }
-    case "Declaration": {
-      const parse = ast.encodeUnknown(...ast.typeParameters)
-      return (v) => {
-        const result = parse(v, OPTIONS, ast)
-        return Either.isEither(result) && Either.isRight(result) ? result.right : giveUp()
-      }
-    }
-    case "TupleType": {
-      if (ast.elements.length > 0 || ast.rest.length !== 1) return bySchema(ast)
-      const item = compile(ast.rest[0]!.type)
-      return (v) => {
-        if (!Array.isArray(v)) return giveUp()
-        const out = new Array(v.length)
-        for (let i = 0; i < v.length; i++) out[i] = item(v[i])
-        return out
-      }
-    }
-    case "TypeLiteral": {
-      if (ast.indexSignatures.length > 0) return bySchema(ast)
-      const fields = ast.propertySignatures.map((ps) => ({ name: ps.name, optional: ps.isOptional, encode: compile(ps.type) }))
-      return (v) => {
-        if (typeof v !== "object" || v === null || Array.isArray(v)) return giveUp()
-        const input = v as Record<PropertyKey, unknown>
-        const out: Record<PropertyKey, unknown> = {}
-        for (const field of fields) {
-          // A missing optional key stays missing; a missing required one is encoded as `undefined`,
-          // as Schema does outside exact mode (and gives up unless its type accepts it).
-          if (!Object.prototype.hasOwnProperty.call(input, field.name) && field.optional) continue
-          out[field.name] = field.encode(input[field.name])
-        }
-        return out
-      }
-    }
-    case "Union": {
-      // Only the shapes whose choice of member cannot differ from Schema's: members that encode
-      // to themselves (literals, `null`, `undefined`, keywords), plus at most one other member that
-      // none of them accepts a value of (NullOr(Struct), optional(Date) …).
-      const leaves: Array<Check> = []
-      const others: Array<AST.AST> = []
-      for (const member of ast.types) {
-        const check = hasOwnOptions(member) ? undefined : leafCheck(member)
-        if (check !== undefined) leaves.push(check)
-        else others.push(member)
-      }
-      if (others.length === 0) return (v) => leaves.some((check) => check(v)) ? v : giveUp()
-      const nullish = ast.types.every((m) => others.includes(m) || m._tag === "UndefinedKeyword" || (AST.isLiteral(m) && m.literal === null))
-      if (others.length > 1 || !nullish) return discriminated(ast) ?? bySchema(ast)
-      const other = compile(others[0]!)
-      return (v) => v === null || v === undefined ? (leaves.some((check) => check(v)) ? v : giveUp()) : other(v)
-    }
-    case "Suspend": {
-      let inner: Encode | undefined
-      return (v) => (inner ??= compile(ast.f()))(v)
-    }
-    default:
-      return bySchema(ast)
-  }
-}
-
 /**
  * A union of structs told apart by one key holding a distinct literal in each (`verified: true` /
  * `verified: false`): only the member with the value's literal can encode it, so it is the one
  * Schema's encoding takes too.
  */
-const discriminated = (ast: AST.Union): Encode | undefined => {
+const discriminated = (ast: AST.Union, compile: (ast: AST.AST) => Compiled): Compiled | undefined => {
   if (!ast.types.every((m) => AST.isTypeLiteral(m) && m.indexSignatures.length === 0 && !hasOwnOptions(m))) return undefined
   const members = ast.types as ReadonlyArray<AST.TypeLiteral>
   const literalAt = (m: AST.TypeLiteral, key: PropertyKey) => {
@@ -220,7 +83,30 @@ const discriminated = (ast: AST.Union): Encode | undefined => {
   return undefined
 }
 
-export const CHECK = process.env.MAILROOM_CHECK_ENCODING === "1"
+const compile = makeCompiler(false, (ast, compile) => {
+  if (AST.isRefinement(ast)) {
+    // As Schema: the value must pass the whole type side (filters included), then the part below
+    // the filters encodes it.
+    const check = typeCheck(AST.typeAST(ast))
+    const encode = compile(dropRefinements(ast.from))
+    return (v) => check(v) ? encode(v) : giveUp()
+  }
+  // Only the unions whose choice of member cannot differ from Schema's: members that encode to
+  // themselves (literals, `null`, `undefined`, keywords), plus at most one other member that none of
+  // them accepts a value of (NullOr(Struct), optional(Date) …), or structs told apart by a literal.
+  const leaves: Array<Check> = []
+  const others: Array<AST.AST> = []
+  for (const member of ast.types) {
+    const check = hasOwnOptions(member) ? undefined : leafCheck(member)
+    if (check !== undefined) leaves.push(check)
+    else others.push(member)
+  }
+  if (others.length === 0) return (v) => leaves.some((check) => check(v)) ? v : giveUp()
+  const nullish = ast.types.every((m) => others.includes(m) || m._tag === "UndefinedKeyword" || (AST.isLiteral(m) && m.literal === null))
+  if (others.length > 1 || !nullish) return discriminated(ast, compile)
+  const other = compile(others[0]!)
+  return (v) => v === null || v === undefined ? (leaves.some((check) => check(v)) ? v : giveUp()) : other(v)
+})
 
 /**
  * The compiled encoder of a schema: the encoded value, or `undefined` when it gave up (encode with
@@ -230,14 +116,8 @@ export const encoderOf = (schema: Schema.Schema.Any): (value: unknown) => unknow
   const encode = compile(schema.ast)
   const bySchemaOnly = CHECK ? ParseResult.encodeUnknownEither(schema as Schema.Schema<unknown, unknown, never>) : undefined
   return (value) => {
-    let out: unknown
-    try {
-      out = encode(value)
-    } catch (error) {
-      if (error === GIVE_UP) return undefined
-      throw error
-    }
-    if (bySchemaOnly !== undefined) {
+    const out = runCompiled(encode, value, undefined)
+    if (bySchemaOnly !== undefined && out !== undefined) {
       const expected = bySchemaOnly(value)
       const same = Either.isRight(expected) && JSON.stringify(expected.right) === JSON.stringify(out)
       if (!same) {

@@ -456,7 +456,7 @@ export const sumSnapshots = (all: ReadonlyArray<SqlSnapshot>): SqlSnapshot => {
   for (const s of all) {
     for (const [label, p] of Object.entries(s.paths)) {
       const seen = paths[label]
-      paths[label] = seen === undefined ? p : { ...add(seen, p), operations: seen.operations + p.operations, last: p.last }
+      paths[label] = seen === undefined ? p : { ...add(seen, p), operations: seen.operations + p.operations, finished: seen.finished + p.finished, last: p.last }
     }
   }
   return { totals: all.slice(1).reduce((acc, s) => add(acc, s.totals), all[0]!.totals), paths }

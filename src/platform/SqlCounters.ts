@@ -33,6 +33,8 @@ const zero = (): Counts => ({ roundTrips: 0, statements: 0, commits: 0, rollback
 /** One path's figures: operations begun, round trips charged to them (also work that ended after them). */
 export interface PathCounts extends Counts {
   operations: number
+  /** Operations ended (`end`): `last` is the latest of these. */
+  finished: number
   /** The most recent finished operation's own figures, as they were when it finished. */
   last: Counts
 }
@@ -61,7 +63,7 @@ const pathOf = (label: string): PathCounts => {
   const found = state.paths.get(label)
   if (found !== undefined) return found
   const key = state.paths.size < MAX_PATHS ? label : "other"
-  const path = state.paths.get(key) ?? { operations: 0, ...zero(), last: zero() }
+  const path = state.paths.get(key) ?? { operations: 0, finished: 0, ...zero(), last: zero() }
   state.paths.set(key, path)
   return path
 }
@@ -116,7 +118,10 @@ export const begin = (label: string, counted = true): Operation => {
 
 /** Records the operation's own figures as its path's `last`. */
 export const end = (operation: Operation) => {
-  for (const c of operation.charges) c.path.last = { ...c.own }
+  for (const c of operation.charges) {
+    c.path.last = { ...c.own }
+    c.path.finished++
+  }
 }
 
 /** Runs `effect` as part of `operation` (replacing whatever operation the fiber had). */
@@ -160,14 +165,14 @@ const rounded = (c: Counts): Counts => ({
 
 export interface Snapshot {
   readonly totals: Counts
-  readonly paths: Readonly<Record<string, Counts & { readonly operations: number; readonly last: Counts }>>
+  readonly paths: Readonly<Record<string, Counts & { readonly operations: number; readonly finished: number; readonly last: Counts }>>
 }
 
 /** The figures so far (copies, rounded to thousandths where batches split them). */
 export const snapshot = (): Snapshot => ({
   totals: { ...state.totals },
   paths: Object.fromEntries(
-    [...state.paths].map(([label, p]) => [label, { operations: p.operations, ...rounded(p), last: rounded(p.last) }])
+    [...state.paths].map(([label, p]) => [label, { operations: p.operations, finished: p.finished, ...rounded(p), last: rounded(p.last) }])
   )
 })
 

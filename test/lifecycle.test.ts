@@ -225,7 +225,7 @@ describe(`lifecycle (${database})`, () => {
         expect(isAlive(svc.pid)).toBe(true)
         expect(await healthy(svc.port)).toBe(false)
         expect(await accepts(svc.smtpPort)).toBe(false)
-        expect(await svc.exited).toBe(0)
+        expect(await svc.exited, svc.stderr()).toBe(0)
         const took = Date.now() - stopping
         // It waited for the slow answer (about 2.5 s after the request arrived), within the bound.
         expect(took).toBeGreaterThan(1000)

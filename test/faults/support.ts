@@ -81,12 +81,16 @@ export const startService = async (env: Record<string, string>, ports?: { port: 
   const child = spawn(process.execPath, [builtService()], {
     cwd: ROOT,
     env: childEnv({ ...env, PORT: String(port), SMTP_PORT: String(smtpPort), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` }),
-    stdio: ["ignore", "ignore", "pipe"]
+    stdio: ["ignore", "pipe", "pipe"]
   })
+  // Both streams' tail: at LOG_LEVEL=none stdout is quiet, but an unexpected failure's cause (the
+  // runtime's own report at exit) is printed there, and a failing assertion should show it.
   let err = ""
-  child.stderr?.on("data", (c: Buffer) => {
+  const keep = (c: Buffer) => {
     err = (err + c.toString("utf8")).slice(-8000)
-  })
+  }
+  child.stdout?.on("data", keep)
+  child.stderr?.on("data", keep)
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
   const baseUrl = `http://127.0.0.1:${port}`
   // A primary starts its workers one after another (Workers.ts): on a busy machine that takes a while.

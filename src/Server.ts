@@ -96,7 +96,7 @@ import { RouteResolver } from "./routes/Resolver.js"
 import { RoutesHttpLive } from "./routes/Http.js"
 import { InboxesHttpLive } from "./inboxes/Http.js"
 import { RoutesRepo } from "./routes/Repo.js"
-import { ServiceHttpLive } from "./service/Http.js"
+import { HealthCheckLive, ServiceHttpLive } from "./service/Http.js"
 import { ServiceRoutesLive } from "./service/Routes.js"
 import { EventsHttpLive } from "./events/Http.js"
 import { McpHttpLive } from "./mcp/Http.js"
@@ -237,7 +237,7 @@ export const HttpLive = onNodeHttpServer(
     Layer.provide(ApiLive),
     Layer.provide(PolicyLive)
   )
-)
+).pipe(Layer.provide(HealthCheckLive))
 
 /** The wake timers with what firing needs (tests start them with a shorter poll). */
 export const WakeTimersLive = (options: WakeSchedulerOptions = {}) =>

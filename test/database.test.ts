@@ -171,15 +171,25 @@ describe("database", () => {
         )
       )
       const baseUrl = `http://127.0.0.1:${port}`
-      const ok = yield* Effect.promise(() => fetchReply(`${baseUrl}/v1/health`, "GET"))
+      // `/v1/health` exactly is answered at the Node server (platform/HealthLane.ts); with a query
+      // string the operation's handler answers. Both must say the same.
+      const both = Effect.promise(() =>
+        Promise.all([fetchReply(`${baseUrl}/v1/health`, "GET"), fetchReply(`${baseUrl}/v1/health?via=handler`, "GET")])
+      )
+      const [ok, okHandler] = yield* both
       expect(ok.status).toBe(200)
+      expect(okHandler.status).toBe(200)
+      expect(ok.body).toEqual(okHandler.body)
       yield* Effect.promise(() => socket.stop())
-      const down = yield* Effect.promise(() => fetchReply(`${baseUrl}/v1/health`, "GET"))
+      const [down, downHandler] = yield* both
       expect(down.status).toBe(503)
       expect(down.body).toEqual({
         success: false,
         error: { code: "service_unavailable", message: expect.any(String) }
       })
+      expect(downHandler.status).toBe(503)
+      expect(downHandler.body).toEqual(down.body)
+      expect(down.headers.get("x-request-id")).toMatch(/^req_/)
     }), { timeout: 60_000 })
 })
 

@@ -35,6 +35,34 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })(
           expect(r.headers.get("ratelimit-limit")).toBeNull() // exempt
         }))
 
+      it.effect("health answered at the server and by its handler alike: same status, headers and body; HEAD without a body", () =>
+        Effect.gen(function*() {
+          const server = yield* TestServer
+          const SqlCounters = yield* Effect.promise(() => import("../src/platform/SqlCounters.js"))
+          const probes = () => SqlCounters.snapshot().paths["http GET /v1/health"]?.finished ?? 0
+          const before = probes()
+          const get = (target: string, method = "GET") =>
+            Effect.promise(async () => {
+              const r = await fetch(`${server.baseUrl}${target}`, { method })
+              const names: Array<string> = []
+              r.headers.forEach((_value, name) => names.push(name))
+              return { status: r.status, headers: names.sort(), requestId: r.headers.get("x-request-id"), text: await r.text(), length: r.headers.get("content-length") }
+            })
+          // `/v1/health` exactly takes the lane (platform/HealthLane.ts); any query string, the handler.
+          const lane = yield* get("/v1/health")
+          const handler = yield* get("/v1/health?from=handler")
+          expect(lane.status).toBe(200)
+          expect({ ...lane, requestId: undefined }).toEqual({ ...handler, requestId: undefined })
+          expect(lane.requestId).toMatch(/^req_[A-Za-z0-9]{20}$/)
+          expect(lane.requestId).not.toBe(handler.requestId)
+          const head = yield* get("/v1/health", "HEAD")
+          expect(head.status).toBe(200)
+          expect(head.text).toBe("")
+          expect(head.length).toBe(String(Buffer.byteLength(lane.text)))
+          // Each answer is one operation of the counters, whichever way it was answered.
+          expect(probes() - before).toBe(2)
+        }))
+
       it.effect("discovery lists every operation callable without a token", () =>
         Effect.gen(function*() {
           const server = yield* TestServer

@@ -13,6 +13,7 @@ import { parseTrustedProxies } from "./ClientAddress.js"
 import { AppConfig } from "./Config.js"
 import { creatingOperations } from "./Idempotency.js"
 import { CurrentRequestGate, RequestGate } from "./RequestGate.js"
+import { HealthCheck, type HealthLane, isHealthProbe, makeHealthLane } from "./HealthLane.js"
 import { requestPipeline } from "./RequestPipeline.js"
 
 /**
@@ -116,23 +117,25 @@ class DrainingIncomingMessage extends IncomingMessage {
 
 /**
  * A Node HTTP server whose requests pass the admission gate before the app sees them (the gate
- * holds or refuses them at Node's level, before any fiber exists).
+ * holds or refuses them at Node's level, before any fiber exists). The health probe is answered
+ * beside the gate (HealthLane.ts).
  */
 class GatedServer extends Server {
-  constructor(private readonly gate: RequestGate) {
+  constructor(private readonly gate: RequestGate, private readonly health: HealthLane) {
     super({ IncomingMessage: DrainingIncomingMessage })
   }
 
   override emit(event: string | symbol, ...args: Array<any>): boolean {
     if (event !== "request") return super.emit(event as string, ...args)
     const [req, res] = args as [IncomingMessage, ServerResponse]
-    this.gate.admit(req, res, () => super.emit("request", req, res))
+    if (isHealthProbe(req)) this.health(req, res)
+    else this.gate.admit(req, res, () => super.emit("request", req, res))
     return true
   }
 }
 
-const keepAliveServer = (gate: RequestGate) => () => {
-  const server = new GatedServer(gate)
+const keepAliveServer = (gate: RequestGate, health: HealthLane) => () => {
+  const server = new GatedServer(gate, health)
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
   // Must outlast the keep-alive timeout, or an idle connection's next request is timed out early.
   server.headersTimeout = KEEP_ALIVE_TIMEOUT_MS + 1000
@@ -142,13 +145,15 @@ const keepAliveServer = (gate: RequestGate) => () => {
 
 /** Binds a served app (with every route and handler provided) to `HOST:PORT`. */
 export const onNodeHttpServer = <A, E, R>(served: Layer.Layer<A, E, R>) =>
-  Layer.unwrapEffect(Effect.map(AppConfig, (config) => {
+  Layer.unwrapEffect(Effect.gen(function*() {
+    const config = yield* AppConfig
     const gate = new RequestGate(config.maxInflightRequests)
+    const health = makeHealthLane(yield* HealthCheck, gate, yield* Effect.runtime<never>())
     return served.pipe(
       HttpServer.withLogAddress,
       // The request span's attributes (URL, every header) are computed even for a no-op span.
       HttpMiddleware.withTracerDisabledWhen(() => true),
-      Layer.provide(NodeHttpServer.layer(keepAliveServer(gate), { port: config.port, host: config.host })),
+      Layer.provide(NodeHttpServer.layer(keepAliveServer(gate, health), { port: config.port, host: config.host })),
       Layer.provide(Layer.succeed(CurrentRequestGate, gate))
     )
   }))

@@ -35,14 +35,14 @@ export const overShare = (share: number) =>
   )
 
 /** The health probe while no request is admitted: the instance is full, a balancer should look elsewhere. */
-export const unhealthy = (maxInflight: number) =>
-  json(
-    envelopeOf(
-      new ServiceUnavailable({
-        message: `the service admits no request now (${maxInflight} in progress)`,
-        details: { retry_after: SHED_RETRY_AFTER_SECONDS, inflight: maxInflight }
-      })
-    ),
-    503,
-    { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
+/** The health probe's answer while the process admits no request (also the health lane's, HealthLane.ts). */
+export const unhealthyEnvelope = (maxInflight: number) =>
+  envelopeOf(
+    new ServiceUnavailable({
+      message: `the service admits no request now (${maxInflight} in progress)`,
+      details: { retry_after: SHED_RETRY_AFTER_SECONDS, inflight: maxInflight }
+    })
   )
+
+export const unhealthy = (maxInflight: number) =>
+  json(unhealthyEnvelope(maxInflight), 503, { "retry-after": String(SHED_RETRY_AFTER_SECONDS) })

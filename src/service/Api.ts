@@ -10,6 +10,9 @@ export const Health = Schema.Struct({
   version: Schema.String
 }).annotations({ identifier: "Health" })
 
+/** The health probe's success body: the envelope around `Health`. */
+export const HealthResponse = Ok(Health, "Health")
+
 export const PublicOperation = Schema.Struct({
   method: Schema.String,
   path: Schema.String,
@@ -45,7 +48,7 @@ export const Discovery = Schema.Struct({
 export class ServiceApi extends HttpApiGroup.make("service")
   .add(
     HttpApiEndpoint.get("health", "/health")
-      .addSuccess(Ok(Health, "Health"))
+      .addSuccess(HealthResponse)
       .addError(Wire.ServiceUnavailable)
       .annotate(OpenApi.Summary, "Health probe; checks the database")
   )

@@ -1,12 +1,28 @@
 /** Handlers of the operational endpoints. */
 import { OpenApi } from "@effect/platform"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Schema } from "effect"
 import { MailroomApi } from "../Api.js"
 import { PREFIX } from "../platform/Secrets.js"
 import { AppConfig } from "../platform/Config.js"
 import { VERSION } from "../contract/Version.js"
 import * as ApiGroup from "../platform/ApiGroup.js"
+import { HealthCheck } from "../platform/HealthLane.js"
+import { HealthResponse } from "./Api.js"
 import { DatabaseHealth } from "./Health.js"
+
+const healthy = { status: "ok" as const, database: "ok" as const, version: VERSION }
+
+/**
+ * The probe and answer of the health lane (platform/HealthLane.ts), which answers `GET /v1/health`
+ * at the Node server: the same check as the handler below, the body its success schema encodes.
+ */
+export const HealthCheckLive = Layer.effect(
+  HealthCheck,
+  Effect.map(DatabaseHealth, ({ probe }) => ({
+    probe,
+    healthyBody: JSON.stringify(Schema.encodeSync(HealthResponse)(healthy))
+  }))
+).pipe(Layer.provide(DatabaseHealth.Default))
 
 /** Every operation of the contract that needs no credential, read off the derived OpenAPI document. */
 export const publicOperations = () => {
@@ -30,7 +46,6 @@ export const ServiceHttpLive = ApiGroup.group(MailroomApi, "service", (handlers)
     const config = yield* AppConfig
     const base = config.publicBaseUrl
     const operations = publicOperations()
-    const healthy = { status: "ok" as const, database: "ok" as const, version: VERSION }
     return handlers
       .handle("health", () => Effect.as(probe, healthy))
       .handle("discovery", () =>

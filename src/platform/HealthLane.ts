@@ -1,0 +1,80 @@
+/**
+ * `GET /v1/health` (and `HEAD`) answered at the Node server, beside the admission gate, before the
+ * Effect HTTP stack: a load balancer polls it many times a second on every instance, so it should
+ * cost about what a bare server's answer costs. The answer is the operation's own: the success
+ * body its schema encodes, or the same `service_unavailable` envelope (the database did not answer;
+ * the process admits no request now, with `Retry-After`), the `x-request-id` header, the access
+ * line at `LOG_LEVEL=info` and the SQL counters' operation. The operation stays declared in the
+ * HttpApi (OpenAPI, typed clients) and its handler answers every other form of the request (a
+ * query string, another method).
+ */
+import { Cause, Context, Effect, Exit, FiberRef, FiberRefs, LogLevel, Option, Runtime } from "effect"
+import type { IncomingMessage, ServerResponse } from "node:http"
+import { envelopeOf, ServiceUnavailable } from "../contract/Errors.js"
+import type { RequestGate } from "./RequestGate.js"
+import { randomToken } from "./Secrets.js"
+import { SHED_RETRY_AFTER_SECONDS, unhealthyEnvelope } from "./Shedding.js"
+import * as SqlCounters from "./SqlCounters.js"
+
+/** The request the lane answers: exactly this target, no query string. */
+export const HEALTH_TARGET = "/v1/health"
+
+/** What the health operation checks and answers; provided by the area that owns the operation. */
+export class HealthCheck extends Context.Tag("mailroom/HealthCheck")<HealthCheck, {
+  /** Succeeds while the service is healthy (its database answers). */
+  readonly probe: Effect.Effect<void, ServiceUnavailable>
+  /** The healthy answer's body, encoded by the operation's success schema. */
+  readonly healthyBody: string
+}>() {}
+
+export type HealthLane = (req: IncomingMessage, res: ServerResponse) => void
+
+/** Whether the lane answers this request (the gate's server asks before admission). */
+export const isHealthProbe = (req: IncomingMessage) =>
+  req.url === HEALTH_TARGET && (req.method === "GET" || req.method === "HEAD")
+
+export const makeHealthLane = (
+  check: Context.Tag.Service<HealthCheck>,
+  gate: RequestGate,
+  runtime: Runtime.Runtime<never>
+): HealthLane => {
+  const logs = LogLevel.greaterThanEqual(
+    LogLevel.Info,
+    FiberRefs.getOrDefault(runtime.fiberRefs, FiberRef.currentMinimumLogLevel)
+  )
+  const unhealthyBody = JSON.stringify(unhealthyEnvelope(gate.cap))
+  const run = Runtime.runCallback(runtime)
+
+  return (req, res) => {
+    const method = req.method!
+    const operation = SqlCounters.begin(`http ${method} ${HEALTH_TARGET}`)
+    const requestId = `req_${randomToken(20)}`
+    const started = Date.now()
+    const send = (status: number, body: string, extra?: Record<string, string>) => {
+      SqlCounters.end(operation)
+      if (res.headersSent || res.destroyed) return
+      res.writeHead(status, {
+        "content-type": "application/json",
+        "content-length": Buffer.byteLength(body),
+        ...extra,
+        "x-request-id": requestId
+      })
+      // Node sends no body for HEAD, with the length the GET would have.
+      res.end(body)
+      if (logs) {
+        run(Effect.logInfo(`${method} ${HEALTH_TARGET} ${status}`).pipe(
+          Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
+        ))
+      }
+    }
+    if (gate.full) return send(503, unhealthyBody, { "retry-after": String(SHED_RETRY_AFTER_SECONDS) })
+    run(check.probe, {
+      onExit: (exit) => {
+        if (Exit.isSuccess(exit)) return send(200, check.healthyBody)
+        const failure = Cause.failureOption(exit.cause)
+        const error = Option.isSome(failure) ? failure.value : new ServiceUnavailable({ message: "the health check did not finish" })
+        send(503, JSON.stringify(envelopeOf(error)))
+      }
+    })
+  }
+}

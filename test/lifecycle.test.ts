@@ -227,6 +227,7 @@ describe(`lifecycle (${database})`, () => {
         expect(await accepts(svc.smtpPort)).toBe(false)
         expect(await svc.exited, svc.stderr()).toBe(0)
         const took = Date.now() - stopping
+        console.log(`${signal}: stopped ${took} ms after the signal`)
         // It waited for the slow answer (about 2.5 s after the request arrived), within the bound.
         expect(took).toBeGreaterThan(1000)
         expect(took).toBeLessThan(10_000)
@@ -251,7 +252,7 @@ describe(`lifecycle (${database})`, () => {
         svc = await startService(env)
         await sleep(2000)
         svc.child.kill("SIGTERM")
-        expect(await svc.exited).toBe(0)
+        expect(await svc.exited, svc.stderr()).toBe(0)
         expect(receiver.hits.filter((h) => h.eventId === eventId)).toHaveLength(1)
       } finally {
         await receiver.close()
@@ -300,7 +301,7 @@ describe(`lifecycle (${database})`, () => {
         return list.length === 1 && list[0]!.status === "delivered"
       }, 20_000)
       svc.child.kill("SIGTERM")
-      expect(await svc.exited).toBe(0)
+      expect(await svc.exited, svc.stderr()).toBe(0)
       expect(receiver.hits.map((h) => [h.eventId, h.attempt])).toEqual([[eventId, 1], [eventId, 2]])
 
       const after = await openDb(dir, db.url)

@@ -91,7 +91,11 @@ export const startService = async (env: Record<string, string>, ports?: { port: 
   }
   child.stdout?.on("data", keep)
   child.stderr?.on("data", keep)
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
+  const exited = new Promise<number | null>((resolve) =>
+    child.once("exit", (code, signal) => {
+      keep(Buffer.from(`[service exited: code ${code}, signal ${signal}]\n`))
+      resolve(code)
+    }))
   const baseUrl = `http://127.0.0.1:${port}`
   // A primary starts its workers one after another (Workers.ts): on a busy machine that takes a while.
   const until = Date.now() + (Number(env.WORKERS ?? "1") > 1 ? 180_000 : 60_000)

@@ -8,6 +8,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Validator } from "@seriousme/openapi-schema-validator"
 import { Effect, Layer } from "effect"
 import { readFileSync } from "node:fs"
+import { request } from "node:http"
 import { MailroomApi } from "../src/Api.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { CREDENTIAL_CACHE_TTL_MS } from "../src/platform/Credentials.js"
@@ -61,6 +62,24 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })(
           expect(head.length).toBe(String(Buffer.byteLength(lane.text)))
           // Each answer is one operation of the counters, whichever way it was answered.
           expect(probes() - before).toBe(2)
+          // A probe with a body goes to the handler, whose pipeline bounds the body: past the
+          // operation's limit it is refused with 413, not read to its end.
+          const withBody = (length: number, body: string) =>
+            Effect.async<{ status: number; text: string }>((resume) => {
+              const req = request(`${server.baseUrl}/v1/health`, { method: "GET", headers: { "content-length": String(length), connection: "close" } }, (res) => {
+                let text = ""
+                res.on("data", (c: Buffer) => (text += c.toString("utf8")))
+                res.on("end", () => resume(Effect.succeed({ status: res.statusCode!, text })))
+              })
+              req.on("error", (e) => resume(Effect.die(e)))
+              req.end(body)
+            })
+          const small = yield* withBody(2, "{}")
+          expect(small.status).toBe(200)
+          expect(small.text).toBe(lane.text)
+          const huge = yield* withBody(1 << 30, "x")
+          expect(huge.status).toBe(413)
+          expect(JSON.parse(huge.text).error.code).toBe("payload_too_large")
         }))
 
       it.effect("discovery lists every operation callable without a token", () =>

@@ -1,12 +1,12 @@
 /**
- * `GET /v1/health` (and `HEAD`) answered at the Node server, beside the admission gate, before the
- * Effect HTTP stack: a load balancer polls it many times a second on every instance, so it should
+ * `GET /v1/health` (and `HEAD`) without a body, answered at the Node server beside the admission
+ * gate, before the Effect HTTP stack: a load balancer polls it many times a second on every instance, so it should
  * cost about what a bare server's answer costs. The answer is the operation's own: the success
  * body its schema encodes, or the same `service_unavailable` envelope (the database did not answer;
  * the process admits no request now, with `Retry-After`), the `x-request-id` header, the access
  * line at `LOG_LEVEL=info` and the SQL counters' operation. The operation stays declared in the
  * HttpApi (OpenAPI, typed clients) and its handler answers every other form of the request (a
- * query string, another method).
+ * query string, another method, a body).
  */
 import { Cause, Context, Effect, Exit, FiberRef, FiberRefs, LogLevel, Option, Runtime } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
@@ -29,9 +29,14 @@ export class HealthCheck extends Context.Tag("mailroom/HealthCheck")<HealthCheck
 
 export type HealthLane = (req: IncomingMessage, res: ServerResponse) => void
 
-/** Whether the lane answers this request (the gate's server asks before admission). */
+/**
+ * Whether the lane answers this request (the gate's server asks before admission). Only a request
+ * without a body: one with a body goes to the handler, whose pipeline bounds what it reads.
+ */
 export const isHealthProbe = (req: IncomingMessage) =>
-  req.url === HEALTH_TARGET && (req.method === "GET" || req.method === "HEAD")
+  req.url === HEALTH_TARGET && (req.method === "GET" || req.method === "HEAD") &&
+  (req.headers["content-length"] === undefined || req.headers["content-length"] === "0") &&
+  req.headers["transfer-encoding"] === undefined
 
 export const makeHealthLane = (
   check: Context.Tag.Service<HealthCheck>,

@@ -12,6 +12,7 @@ import { request } from "node:http"
 import { MailroomApi } from "../src/Api.js"
 import { Provisioning } from "../src/identity/Provisioning.js"
 import { CREDENTIAL_CACHE_TTL_MS } from "../src/platform/Credentials.js"
+import * as SqlCounters from "../src/platform/SqlCounters.js"
 import { call } from "./support/http.js"
 import { TestServer, testService, usingRealPostgres } from "./support/harness.js"
 
@@ -39,7 +40,6 @@ layer(Env, { timeout: 120_000, excludeTestServices: true })(
       it.effect("health answered at the server and by its handler alike: same status, headers and body; HEAD without a body", () =>
         Effect.gen(function*() {
           const server = yield* TestServer
-          const SqlCounters = yield* Effect.promise(() => import("../src/platform/SqlCounters.js"))
           const probes = () => SqlCounters.snapshot().paths["http GET /v1/health"]?.finished ?? 0
           const before = probes()
           const get = (target: string, method = "GET") =>

@@ -1,7 +1,7 @@
 /**
  * `GET /v1/health` (and `HEAD`) without a body, answered at the Node server beside the admission
- * gate, before the Effect HTTP stack: a load balancer polls it many times a second on every instance, so it should
- * cost about what a bare server's answer costs. The answer is the operation's own: the success
+ * gate, before the Effect HTTP stack: a load balancer polls it many times a second on every
+ * instance, so it should cost about what a bare server's answer costs. The answer is the operation's own: the success
  * body its schema encodes, or the same `service_unavailable` envelope (the database did not answer;
  * the process admits no request now, with `Retry-After`), the `x-request-id` header, the access
  * line at `LOG_LEVEL=info` and the SQL counters' operation. The operation stays declared in the
@@ -11,13 +11,10 @@
 import { Cause, Context, Effect, Exit, FiberRef, FiberRefs, LogLevel, Option, Runtime } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { envelopeOf, ServiceUnavailable } from "../contract/Errors.js"
+import { accessLine, newRequestId } from "./RequestContext.js"
 import type { RequestGate } from "./RequestGate.js"
-import { randomToken } from "./Secrets.js"
-import { SHED_RETRY_AFTER_SECONDS, unhealthyEnvelope } from "./Shedding.js"
+import { HEALTH_PATH, SHED_RETRY_AFTER_SECONDS, unhealthyEnvelope } from "./Shedding.js"
 import * as SqlCounters from "./SqlCounters.js"
-
-/** The request the lane answers: exactly this target, no query string. */
-export const HEALTH_TARGET = "/v1/health"
 
 /** What the health operation checks and answers; provided by the area that owns the operation. */
 export class HealthCheck extends Context.Tag("mailroom/HealthCheck")<HealthCheck, {
@@ -34,7 +31,8 @@ export type HealthLane = (req: IncomingMessage, res: ServerResponse) => void
  * without a body: one with a body goes to the handler, whose pipeline bounds what it reads.
  */
 export const isHealthProbe = (req: IncomingMessage) =>
-  req.url === HEALTH_TARGET && (req.method === "GET" || req.method === "HEAD") &&
+  // Exactly the path: with a query string the target differs, and the handler answers.
+  req.url === HEALTH_PATH && (req.method === "GET" || req.method === "HEAD") &&
   (req.headers["content-length"] === undefined || req.headers["content-length"] === "0") &&
   req.headers["transfer-encoding"] === undefined
 
@@ -52,8 +50,8 @@ export const makeHealthLane = (
 
   return (req, res) => {
     const method = req.method!
-    const operation = SqlCounters.begin(`http ${method} ${HEALTH_TARGET}`)
-    const requestId = `req_${randomToken(20)}`
+    const operation = SqlCounters.begin(`http ${method} ${HEALTH_PATH}`)
+    const requestId = newRequestId()
     const started = Date.now()
     const send = (status: number, body: string, extra?: Record<string, string>) => {
       SqlCounters.end(operation)
@@ -66,11 +64,7 @@ export const makeHealthLane = (
       })
       // Node sends no body for HEAD, with the length the GET would have.
       res.end(body)
-      if (logs) {
-        run(Effect.logInfo(`${method} ${HEALTH_TARGET} ${status}`).pipe(
-          Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
-        ))
-      }
+      if (logs) run(accessLine(method, HEALTH_PATH, status, requestId, started))
     }
     if (gate.full) return send(503, unhealthyBody, { "retry-after": String(SHED_RETRY_AFTER_SECONDS) })
     run(check.probe, {

@@ -2,11 +2,21 @@
  * Per-request state shared between the serving pipeline (outermost) and the API middleware
  * (innermost). They run on the same fiber, so fiber refs carry it without threading services.
  */
-import { FiberRef, Option } from "effect"
+import { Effect, FiberRef, Option } from "effect"
 import type { Principal } from "../contract/Security.js"
+import { randomToken } from "./Secrets.js"
 
 /** Correlates a response with its log lines; also sent back as `x-request-id`. */
 export const RequestId = FiberRef.unsafeMake<string>("")
+
+/** A new request's id (`x-request-id`), wherever it is answered. */
+export const newRequestId = () => `req_${randomToken(20)}`
+
+/** A request's access log line, at info (callers skip building it when info is off). */
+export const accessLine = (method: string, path: string, status: number, requestId: string, started: number) =>
+  Effect.logInfo(`${method} ${path} ${status}`).pipe(
+    Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
+  )
 
 /**
  * The bearer credential as resolved once by the pipeline (for rate limiting and idempotency

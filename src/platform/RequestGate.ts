@@ -13,8 +13,7 @@
 import { Context } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { envelopeOf, ServiceUnavailable } from "../contract/Errors.js"
-import { pathOf } from "./RequestContext.js"
-import { randomToken } from "./Secrets.js"
+import { newRequestId, pathOf } from "./RequestContext.js"
 import { isShedExempt, SHED_RETRY_AFTER_SECONDS } from "./Shedding.js"
 
 /** How long a request may wait for admission before it is refused. */
@@ -138,7 +137,7 @@ export class RequestGate {
       "content-type": "application/json",
       "content-length": Buffer.byteLength(this.shedBody),
       "retry-after": String(SHED_RETRY_AFTER_SECONDS),
-      "x-request-id": `req_${randomToken(20)}`
+      "x-request-id": newRequestId()
     })
     res.end(this.shedBody)
   }

@@ -24,8 +24,8 @@ import type { CreatesResource, Idempotency } from "./Idempotency.js"
 import { idempotent } from "./IdempotentRequest.js"
 import { type App, finalize, type Services, withRequestId } from "./PipelineResponse.js"
 import { API_RATE_LIMIT, DEMO_RATE_LIMIT, isDemo, isExempt, limited, withLimitHeaders } from "./RateLimits.js"
-import { pathOf, RequestId, ResolvedPrincipal } from "./RequestContext.js"
-import { PREFIX, randomToken } from "./Secrets.js"
+import { accessLine, newRequestId, pathOf, RequestId, ResolvedPrincipal } from "./RequestContext.js"
+import { PREFIX } from "./Secrets.js"
 import type { RequestGate } from "./RequestGate.js"
 import { callerShareOf, isShedExempt, overShare, unhealthy } from "./Shedding.js"
 import * as SqlCounters from "./SqlCounters.js"
@@ -54,7 +54,7 @@ export const requestPipeline = (
     else byCaller.set(caller, left)
   }
   const handle = (original: HttpServerRequest.HttpServerRequest) => Effect.gen(function*() {
-    const requestId = `req_${randomToken(20)}`
+    const requestId = newRequestId()
     const started = Date.now()
     const path = pathOf(original.url)
     const method = original.method.toUpperCase()
@@ -189,9 +189,7 @@ export const requestPipeline = (
     const final = withRequestId(yield* finalize(request, response), requestId)
     // The access line is built only when the logger's level lets it through.
     if (LogLevel.greaterThanEqual(LogLevel.Info, yield* FiberRef.get(FiberRef.currentMinimumLogLevel))) {
-      yield* Effect.logInfo(`${method} ${path} ${final.status}`).pipe(
-        Effect.annotateLogs({ request_id: requestId, duration_ms: Date.now() - started })
-      )
+      yield* accessLine(method, path, final.status, requestId, started)
     }
     SqlCounters.end(operation)
     return final

@@ -11,7 +11,9 @@ import { json } from "./PipelineResponse.js"
  * Not shed under overload: the health probe is one trivial query, and a load balancer that saw
  * 503s from it would take a busy but working instance out of service, moving its load onto the others.
  */
-export const isShedExempt = (path: string) => path === "/v1/health"
+export const HEALTH_PATH = "/v1/health"
+
+export const isShedExempt = (path: string) => path === HEALTH_PATH
 
 /** Seconds a shed client is asked to wait: the overload is a queue of requests lasting well under that. */
 export const SHED_RETRY_AFTER_SECONDS = 1
@@ -34,8 +36,10 @@ export const overShare = (share: number) =>
     { "retry-after": String(SHED_RETRY_AFTER_SECONDS) }
   )
 
-/** The health probe while no request is admitted: the instance is full, a balancer should look elsewhere. */
-/** The health probe's answer while the process admits no request (also the health lane's, HealthLane.ts). */
+/**
+ * The health probe while no request is admitted: the instance is full, a balancer should look
+ * elsewhere. The handler's pipeline and the health lane (HealthLane.ts) both answer it.
+ */
 export const unhealthyEnvelope = (maxInflight: number) =>
   envelopeOf(
     new ServiceUnavailable({

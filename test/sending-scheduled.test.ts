@@ -151,6 +151,41 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("scheduled sends", (
         expect((yield* relayedTo(friend)).length).toBe(0)
       })))
 
+    it.effect("the quota is taken at send time: 4 sends due together with room for 2 left, 2 sent and 2 failed rate_limited", () =>
+      Effect.scoped(Effect.gen(function*() {
+        const { server } = yield* startProcess
+        const agent = yield* newOrg("agent")
+        const sql = yield* SqlClient.SqlClient
+        const friend = `${unique("counted")}@${yield* authenticatedDomain("friends")}`
+        yield* Effect.promise(async () => {
+          const t = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true })
+          try {
+            await t.sendMail({ from: friend, to: agent.inbox, subject: "hi", text: "hi" })
+          } finally {
+            t.close()
+          }
+        })
+        const at = new Date(Date.now() + 1500)
+        // Each its own subject: four identical requests would be one send (the derived idempotency key).
+        const ids = yield* Effect.all(Array.from({ length: 4 }, (_, i) => Effect.map(schedule(server, agent, friend, at, { subject: `due ${i}` }), (s) => s.id)))
+        // Eight sends of the last hour (the agent plan's hour holds 10) before these come due.
+        yield* sql`INSERT INTO sent_emails (org_id, status, from_header, from_address, subject, message_id, quota_at, sent_at)
+          SELECT ${agent.orgId}, 'sent', ${agent.inbox}, ${agent.inbox}, 'earlier', '<earlier.' || g || '.' || ${agent.orgId} || '@x>', now() - interval '10 minutes', now()
+          FROM generate_series(1, 8) g`
+        const outcomes = yield* Effect.all(ids.map((id) =>
+          waitFor("the send's outcome", () =>
+            Effect.map(statusOf(server, agent.token, id), (x) => (x.status === "sent" || x.status === "failed" ? x : undefined)))
+        ))
+        expect(outcomes.filter((o) => o.status === "sent").length).toBe(2)
+        const failed = outcomes.filter((o) => o.status === "failed")
+        expect(failed.length).toBe(2)
+        for (const f of failed) expect(f.error!.code).toBe("rate_limited")
+        expect((yield* relayedTo(friend)).length).toBe(2)
+        const [counted] = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM sent_emails WHERE org_id = ${agent.orgId} AND quota_at IS NOT NULL AND subject <> 'earlier'`
+        expect(counted!.n).toBe(2)
+      })))
+
     it.effect("a transient relay failure is retried; after the last retry the send is failed", () =>
       Effect.scoped(Effect.gen(function*() {
         const { server } = yield* startProcess

@@ -360,6 +360,30 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("send-mail", (it) =>
         })
       }))
 
+    it.effect("16 sends at once with room for 10: exactly 10 sent, 6 refused with 429, nothing of a refused send stored", () =>
+      Effect.gen(function*() {
+        const agent = yield* newOrg("agent")
+        const sql = yield* SqlClient.SqlClient
+        const friend = `${unique("race")}@${yield* authenticatedDomain("friends")}`
+        yield* mailIn(friend, agent.inbox)
+        const relay = yield* Relay
+        const before = relay.messages.filter((m) => m.to.includes(friend)).length
+        const replies = yield* Effect.all(
+          Array.from({ length: 16 }, (_, i) => send(agent.token, { from: agent.inbox, to: friend, subject: `race ${i}`, text: "t" })),
+          { concurrency: "unbounded" }
+        )
+        const sent = replies.filter((r) => r.status === 201)
+        const refused = replies.filter((r) => r.status === 429)
+        expect(sent.length, replies.map((r) => r.status).join(",")).toBe(10)
+        expect(refused.length).toBe(6)
+        for (const r of refused) expect(r.body.error.details).toMatchObject({ limit: 10, window: "hour" })
+        const [rows] = yield* sql<{ n: number; counted: number; contents: number }>`
+          SELECT count(*)::int AS n, count(s.quota_at)::int AS counted, count(c.sent_email_id)::int AS contents
+          FROM sent_emails s LEFT JOIN sent_email_contents c ON c.sent_email_id = s.id WHERE s.org_id = ${agent.orgId}`
+        expect(rows).toEqual({ n: 10, counted: 10, contents: 10 })
+        expect(relay.messages.filter((m) => m.to.includes(friend)).length - before).toBe(10)
+      }))
+
     it.effect("send_per_day: 429 with the day window's headers once the last 24 hours hold the plan's day", () =>
       Effect.gen(function*() {
         const dev = yield* newOrg()

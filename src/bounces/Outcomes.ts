@@ -11,7 +11,7 @@ import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
 import { OrgEvents } from "../events/OrgEvents.js"
 import { parseMailbox } from "../mail/Addresses.js"
-import type { SentRow } from "../sending/Repo.js"
+import type { SentRow } from "../sending/SentRows.js"
 import { parseReport, type Report } from "./Reports.js"
 import { type BounceRecord, SuppressionsRepo } from "./Repo.js"
 

@@ -7,7 +7,7 @@ import { Effect, Schema } from "effect"
 import type { Position } from "../contract/Paging.js"
 import { pageWithTotal } from "../platform/Listing.js"
 import { decodeFirst, decodeRows, Enum, orDieRows, pageRows, Timestamp } from "../platform/Rows.js"
-import { SentRow } from "../sending/Repo.js"
+import { SentRow } from "../sending/SentRows.js"
 
 export const SuppressionRow = Schema.Struct({
   id: Schema.String,

@@ -85,10 +85,11 @@ export const LocalReceiverLive = Layer.scopedDiscard(Effect.gen(function*() {
           Effect.orDie
         )
 
-  const receives: LocalReceiver["receives"] = (addresses) =>
+  const receives: LocalReceiver["receives"] = (addresses, read) =>
     Effect.gen(function*() {
       const domains = [...new Set(addresses.map((a) => domainOf(normalizeAddress(a))).filter((d) => d !== managed))]
-      const verified = yield* ourDomains(domains)
+      // The send path read these with its other state moments ago: no statement unless one is missing.
+      const verified = read !== undefined && domains.every((d) => read.asked.has(d)) ? read.verified : yield* ourDomains(domains)
       return new Set(addresses.filter((a) => {
         const d = domainOf(normalizeAddress(a))
         return d === managed || verified.has(d)

@@ -3,9 +3,10 @@
  * scheduled send comes due: the sender check (the From address and every address its display name
  * shows), the first-send gate, the suppression list and the plan's quotas. Everything but the quota
  * is read in ONE statement (`stateOf`: plan, entitlements, settings, sendable addresses, and which
- * recipients are suppressed or known) and checked from it. `checkQuota` decides nothing alone: its
- * caller holds the organization's quota lock (SendingRepo.lockQuota) in the same transaction, so
- * concurrent sends never overshoot.
+ * recipients are suppressed or known) and checked from it. The quota is decided from usage read
+ * under the organization's quota lock (`send_usage_locked`) in the statement that records or takes
+ * the send (SendingRepo.recordCounted / takeQuota), so concurrent sends never overshoot; `quotaOf`
+ * turns that usage into the refusal.
  */
 import { SqlClient } from "@effect/sql"
 import { type Context, Effect, Option, Schema } from "effect"
@@ -24,8 +25,9 @@ import {
   sendableOf,
   validSenders
 } from "../registries/Senders.js"
+import type { DomainsRead } from "./LocalDelivery.js"
 import type { SendOutcomes } from "./Outcomes.js"
-import type { SendingRepo, Usage } from "./Repo.js"
+import type { Usage } from "./Repo.js"
 import { DAY_S, HOUR_S, quotaRefusal } from "./Validate.js"
 
 export const GATE_DOCS_PATH = "/docs#tag/sending"
@@ -61,6 +63,8 @@ export interface SendState {
   readonly suppressed: ReadonlySet<string>
   /** Which of them have sent the organization accepted mail. */
   readonly known: ReadonlySet<string>
+  /** Which of their domains are verified and active (of any organization): mail for them stays here. */
+  readonly domains: DomainsRead
 }
 
 const StateRow = Schema.Struct({
@@ -68,21 +72,21 @@ const StateRow = Schema.Struct({
   ...SendableFields,
   approval: Enum("none", "new_recipients", "all"),
   suppressed: JsonColumn(TextArray),
-  known: JsonColumn(TextArray)
+  known: JsonColumn(TextArray),
+  local_domains: JsonColumn(TextArray)
 })
 
 /** Whether `state` was read for every one of `recipients`. */
 export const covers = (state: SendState, recipients: ReadonlyArray<string>) =>
   recipients.every((a) => state.recipients.has(a) && state.recipients.has(a.toLowerCase()))
 
-/** The organization-state checks, over the send path's own SQL client, repository and outcomes port. */
+/** The organization-state checks, over the send path's own SQL client and outcomes port. */
 export const sendChecks = (deps: {
   readonly sql: SqlClient.SqlClient
-  readonly repo: SendingRepo
   readonly outcomes: Context.Tag.Service<SendOutcomes>
   readonly config: AppConfigShape
 }) => {
-  const { config, outcomes, repo, sql } = deps
+  const { config, outcomes, sql } = deps
   const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
 
   const factsOf = (r: typeof FactsRow.Type | undefined): OrgFacts => {
@@ -94,13 +98,16 @@ export const sendChecks = (deps: {
   const stateOf = (orgId: string, recipients: ReadonlyArray<string>): Effect.Effect<SendState> => {
     const given = [...new Set(recipients)]
     const lower = [...new Set(given.map((a) => a.toLowerCase()))]
+    const domains = [...new Set(lower.map((a) => a.slice(a.lastIndexOf("@") + 1).trim()))]
     return sql`
       SELECT o.plan, o.discard_content_on_webhook_confirmed AS discard, o.send_approval AS approval,
         coalesce((SELECT json_agg(g.entitlement) FROM organization_entitlements g WHERE g.org_id = o.id), '[]'::json) AS granted,
         ${sendableColumns(sql)},
         ${outcomes.suppressedColumn(orgId, lower)} AS suppressed,
         coalesce((SELECT json_agg(k.address) FROM known_addresses k
-          WHERE k.org_id = o.id AND k.address = ANY (${given}::text[])), '[]'::json) AS known
+          WHERE k.org_id = o.id AND k.address = ANY (${given}::text[])), '[]'::json) AS known,
+        coalesce((SELECT json_agg(DISTINCT d.domain) FROM domains d
+          WHERE d.domain = ANY (${domains}::text[]) AND d.verified_at IS NOT NULL AND d.is_active), '[]'::json) AS local_domains
       FROM organizations o WHERE o.id = ${orgId}`.pipe(
       allRows(StateRow, "organization state of send"),
       Effect.map((rows): SendState => {
@@ -111,7 +118,9 @@ export const sendChecks = (deps: {
           senders: sendableOf(r),
           recipients: new Set([...given, ...lower]),
           suppressed: new Set(r?.suppressed ?? []),
-          known: new Set(r?.known ?? [])
+          known: new Set(r?.known ?? []),
+          // Without the organization's row nothing was read: every domain is looked up at relay time.
+          domains: { asked: new Set(r === undefined ? [] : domains), verified: new Set(r?.local_domains ?? []) }
         }
       }),
       Effect.orDie
@@ -217,9 +226,5 @@ export const sendChecks = (deps: {
       if (u.day >= limits.send_per_day) return yield* quotaRefusal(limits.send_per_day, DAY_S, u.day, u.oldest_day, at.getTime())
     })
 
-  /** 429 when either window is full (nothing counted). */
-  const checkQuota = (orgId: string, facts: OrgFacts, at: Date) =>
-    Effect.flatMap(repo.usage(orgId, at), (u) => quotaOf(facts, u, at))
-
-  return { stateOf, orgFacts, checkSender, defaultFrom, checkGate, checkSuppressed, checkQuota, quotaOf } as const
+  return { stateOf, orgFacts, checkSender, defaultFrom, checkGate, checkSuppressed, quotaOf } as const
 }

@@ -6,7 +6,7 @@
  */
 import nodemailer from "nodemailer"
 import type { DkimSigning } from "../domains/Dkim.js"
-import type { ContentRow } from "./Repo.js"
+import type { ContentRow } from "./SentRows.js"
 
 const builder = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: "crlf" })
 

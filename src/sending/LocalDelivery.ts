@@ -38,9 +38,19 @@ export interface LocalOutcome {
   readonly refused: ReadonlyArray<LocalRefusal>
 }
 
+/**
+ * Which domains are verified and active (of any organization), read beforehand with the send's other
+ * state (sending/Checks.ts `stateOf`): `asked` the domains it was read for (lower case), `verified`
+ * those of them that are. A domain it was not read for is looked up as without it.
+ */
+export interface DomainsRead {
+  readonly asked: ReadonlySet<string>
+  readonly verified: ReadonlySet<string>
+}
+
 export interface LocalReceiver {
   /** Which of these addresses (lowercased, no display name) this service receives mail for. */
-  readonly receives: (addresses: ReadonlyArray<string>) => Effect.Effect<ReadonlySet<string>>
+  readonly receives: (addresses: ReadonlyArray<string>, read?: DomainsRead) => Effect.Effect<ReadonlySet<string>>
   /** Stores the message for its (local) envelope recipients through the inbound pipeline. */
   readonly deliver: (message: LocalMessage) => Effect.Effect<LocalOutcome>
 }
@@ -97,11 +107,12 @@ export const localFailure = (refused: ReadonlyArray<LocalRefusal>): RelayError =
 export const sendSplit = (
   receiver: Option.Option<LocalReceiver>,
   relay: (envelope: RelayEnvelope, raw: Buffer) => Effect.Effect<RelayResult, RelayError>,
-  message: LocalMessage
+  message: LocalMessage,
+  read?: DomainsRead
 ): Effect.Effect<RelayResult, RelayError> =>
   Effect.gen(function*() {
     if (Option.isNone(receiver)) return yield* relay(message.envelope, message.raw)
-    const local = yield* receiver.value.receives(message.envelope.to)
+    const local = yield* receiver.value.receives(message.envelope.to, read)
     if (local.size === 0) return yield* relay(message.envelope, message.raw)
     const foreign = message.envelope.to.filter((a) => !local.has(a))
     const relayed = foreign.length === 0 ? undefined : yield* relay({ ...message.envelope, to: foreign }, message.raw)

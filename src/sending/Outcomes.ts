@@ -6,7 +6,7 @@
  */
 import type { Statement } from "@effect/sql"
 import { Context, type Effect } from "effect"
-import type { SentRow } from "./Repo.js"
+import type { SentRow } from "./SentRows.js"
 
 export class SendOutcomes extends Context.Tag("mailroom/SendOutcomes")<SendOutcomes, {
   /**

@@ -2,7 +2,7 @@
  * SQL of Sending. Every sent email is written by `recordSentEmail` (one statement: the row and its
  * content), so whatever else must happen when a sent email comes into being (threading) hooks in
  * there. A row's outcome is written by `finish`, fenced by the lease token of whoever sent it.
- * Rows are decoded, so a renamed or retyped column fails loudly.
+ * The rows and how the API shows them are in SentRows.ts.
  */
 import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
@@ -10,68 +10,8 @@ import type { Position } from "../contract/Paging.js"
 import { extractReplyText } from "../mail/ReplyText.js"
 import { type OrgScope, scoped } from "../platform/InboxLimit.js"
 import { pageWithTotal } from "../platform/Listing.js"
-import { allRows, Count, Enum, firstRow, JsonColumn, NullableTimestamp, pageRows, TextArray, Timestamp } from "../platform/Rows.js"
-import { type SentEmail, type SentEmailDetail, SentStatus } from "./Api.js"
-
-/** A sent email as stored; the address lists, references, attachments and bounce are `jsonb`. */
-export const SentRow = Schema.Struct({
-  id: Schema.String,
-  org_id: Schema.String,
-  status: SentStatus,
-  kind: Enum("send", "reply", "forward"),
-  source_email_id: Schema.NullOr(Schema.String),
-  from_header: Schema.String,
-  from_address: Schema.String,
-  to_addresses: JsonColumn(TextArray),
-  cc_addresses: JsonColumn(TextArray),
-  bcc_addresses: JsonColumn(TextArray),
-  reply_to: Schema.NullOr(Schema.String),
-  subject: Schema.String,
-  message_id: Schema.String,
-  thread_id: Schema.NullOr(Schema.String),
-  /** Set by the database (migrations/0150) from the from address. */
-  inbox_id: Schema.optional(Schema.NullOr(Schema.String)),
-  in_reply_to: Schema.NullOr(Schema.String),
-  references: JsonColumn(TextArray),
-  send_at: NullableTimestamp,
-  sent_at: NullableTimestamp,
-  due_at: NullableTimestamp,
-  attempt_count: Schema.Number,
-  lease_token: Schema.NullOr(Schema.String),
-  lease_until: NullableTimestamp,
-  quota_at: NullableTimestamp,
-  error_code: Schema.NullOr(Schema.String),
-  error_message: Schema.NullOr(Schema.String),
-  relay_response: Schema.NullOr(Schema.String),
-  discard_content: Schema.Boolean,
-  content_discarded: Schema.Boolean,
-  /** Sent by an automation (a function's MAILROOM binding): it counts on the loop guard's budgets. */
-  automated: Schema.Boolean,
-  attachments: JsonColumn(Schema.Array(Schema.Struct({ filename: Schema.String, content_type: Schema.String, size_bytes: Schema.Number }))),
-  created_at: Timestamp,
-  /** The latest bounce or complaint (src/bounces), null before one. */
-  bounce: JsonColumn(Schema.NullOr(Schema.Struct({
-    type: Enum("hard", "soft", "complaint"),
-    status: Schema.NullOr(Schema.String),
-    diagnostic: Schema.NullOr(Schema.String),
-    received_at: Schema.String,
-    recipient: Schema.optionalWith(Schema.NullOr(Schema.String), { default: () => null })
-  })))
-})
-export type SentRow = typeof SentRow.Type
-
-const StoredAttachment = Schema.Struct({ filename: Schema.String, content_type: Schema.String, content_base64: Schema.String })
-export type StoredAttachment = typeof StoredAttachment.Type
-
-const ContentRow = Schema.Struct({
-  text_body: Schema.NullOr(Schema.String),
-  html_body: Schema.NullOr(Schema.String),
-  /** The reply text (src/mail/ReplyText.ts), computed when the row is written; absent on a new row's content. */
-  extracted_text: Schema.optional(Schema.NullOr(Schema.String)),
-  headers: JsonColumn(Schema.Record({ key: Schema.String, value: Schema.String })),
-  attachments: JsonColumn(Schema.Array(StoredAttachment))
-})
-export type ContentRow = typeof ContentRow.Type
+import { allRows, Count, firstRow, JsonColumn, NullableTimestamp, pageRows } from "../platform/Rows.js"
+import { attachmentMeta, ContentRow, SentRow } from "./SentRows.js"
 
 const Counted = Schema.Struct({ n: Count })
 
@@ -85,6 +25,7 @@ const UsageJson = Schema.Struct({
   oldest_hour: Schema.NullOr(Schema.DateFromString),
   oldest_day: Schema.NullOr(Schema.DateFromString)
 })
+const TakenUsage = Schema.Struct({ ...Usage.fields, taken: Count })
 const Recipients = SentRow.pipe(Schema.pick("to_addresses", "cc_addresses", "bcc_addresses"))
 
 /** A new sent email: everything the row and its content hold when it is created. */
@@ -123,45 +64,19 @@ export interface Outcome {
   readonly error: { readonly code: string; readonly message: string; readonly details: unknown } | null
 }
 
-export const toSentEmail = (r: SentRow): SentEmail => ({
-  id: r.id,
-  status: r.status,
-  from: r.from_header,
-  to: r.to_addresses,
-  cc: r.cc_addresses,
-  bcc: r.bcc_addresses,
-  reply_to: r.reply_to,
-  subject: r.subject,
-  message_id: r.message_id,
-  thread_id: r.thread_id,
-  inbox_id: r.inbox_id ?? null,
-  in_reply_to: r.in_reply_to,
-  send_at: r.send_at,
-  sent_at: r.sent_at,
-  created_at: r.created_at,
-  error: r.error_code === null ? null : { code: r.error_code, message: r.error_message ?? "" },
-  relay_response: r.relay_response,
-  content_discarded: r.content_discarded,
-  bounce: r.bounce === null || r.bounce === undefined ? null : { ...r.bounce, received_at: new Date(r.bounce.received_at) }
-})
 
-export const toSentEmailDetail = (r: SentRow, c: Option.Option<ContentRow>): SentEmailDetail => ({
-  ...toSentEmail(r),
-  text: Option.match(c, { onNone: () => null, onSome: (x) => x.text_body }),
-  html: Option.match(c, { onNone: () => null, onSome: (x) => x.html_body }),
-  extracted_text: Option.match(c, {
-    onNone: () => null,
-    onSome: (x) => x.extracted_text ?? (x.text_body !== null || x.html_body !== null ? extractReplyText(x.text_body, x.html_body) : null)
-  }),
-  attachments: r.attachments
-})
+/** Rows of "sent email insert with usage": the row written, or (a window was full) none but the usage. */
+const SentEmailInsertWithUsageRow = Schema.Union(
+  Schema.Struct({ ...SentRow.fields, quota_usage: JsonColumn(UsageJson) }),
+  Schema.Struct({ id: Schema.Null, quota_usage: JsonColumn(UsageJson) })
+)
 
-/** Attachment metadata kept on the row (it outlives discarded content). */
-export const attachmentMeta = (list: ReadonlyArray<StoredAttachment>) =>
-  list.map((a) => ({ filename: a.filename, content_type: a.content_type, size_bytes: Buffer.from(a.content_base64, "base64").length }))
-
-/** Rows of "sent email insert with usage". */
-const SentEmailInsertWithUsageRow = Schema.Struct({ ...SentRow.fields, quota_usage: JsonColumn(UsageJson) })
+/** A quota decided in the statement that records a send: the plan's windows at `at`. */
+export interface QuotaRoom {
+  readonly at: Date
+  readonly perHour: number
+  readonly perDay: number
+}
 
 /** Rows of "next due send". */
 const NextDueSendRow = Schema.Struct({ due: NullableTimestamp })
@@ -183,38 +98,59 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
           FROM sent_emails WHERE org_id = ${orgId} AND quota_at > ${new Date(now.getTime() - 86_400_000)}`
 
     /**
-     * The one write of a new sent email (row + content). With `countedAt`, the same statement also
-     * answers the organization's usage as it was before this row (`usage`), so a caller holding the
-     * quota lock decides the quota without another round trip (and rolls back when it is full).
+     * The one write of a new sent email (row + content). With `quota`, the same statement first takes
+     * the organization's quota lock and counts its usage (`send_usage_locked`, migrations/0200), and
+     * writes the row only when both windows have room: one autocommit round trip decides the quota
+     * and records the send, and the answer carries the usage as it was before this row (`usage`).
+     * The values are cast: an INSERT fed by a SELECT does not type its parameters from the columns.
      */
-    const writeSentEmail = (m: NewSentEmail, countedAt: Date | undefined) =>
-      sql`
-        WITH ${countedAt === undefined ? sql`` : sql`quota_usage AS (${usageQuery(m.orgId, countedAt)}),`} content AS (
+    const writeSentEmail = (m: NewSentEmail, quota: QuotaRoom | undefined) => {
+      const from = quota === undefined ? sql`` : sql`FROM allowed`
+      return sql`
+        WITH ${
+        quota === undefined ? sql`` : sql`quota_usage AS MATERIALIZED (SELECT * FROM send_usage_locked(${m.orgId}::uuid, ${quota.at}::timestamptz)),
+          allowed AS MATERIALIZED (SELECT 1 FROM quota_usage WHERE hour < ${quota.perHour}::int AND day < ${quota.perDay}::int),`
+      } content AS (
           INSERT INTO sent_email_contents (sent_email_id, text_body, html_body, extracted_text, headers, attachments)
-          VALUES (${m.id}, ${m.content.text_body}, ${m.content.html_body}, ${extractReplyText(m.content.text_body, m.content.html_body)},
-                  ${JSON.stringify(m.content.headers)}::jsonb,
-                  ${JSON.stringify(m.content.attachments)}::jsonb)
-        )${sql.join("", false)(m.merges.map((f, i) => sql`, ${sql.literal(`merge_${i}`)} AS (${f})`))}
-        INSERT INTO sent_emails (id, org_id, thread_id, status, kind, source_email_id, from_header, from_address, to_addresses,
-          cc_addresses, bcc_addresses, reply_to, subject, message_id, in_reply_to, "references", send_at, due_at,
-          lease_token, lease_until, quota_at, discard_content, automated, attachments)
-        VALUES (${m.id}, ${m.orgId}, ${m.threadId}, ${m.sendAt === null ? "sending" : "scheduled"}, ${m.kind}, ${m.sourceEmailId}, ${m.fromHeader}, ${m.fromAddress},
-          ${JSON.stringify(m.to)}::jsonb, ${JSON.stringify(m.cc)}::jsonb, ${JSON.stringify(m.bcc)}::jsonb, ${m.replyTo},
-          ${m.subject}, ${m.messageId}, ${m.inReplyTo}, ${JSON.stringify(m.references)}::jsonb, ${m.sendAt}, ${m.dueAt},
-          ${m.lease?.token ?? null}, ${m.lease?.until ?? null}, ${m.quotaAt}, ${m.discardContent}, ${m.automated},
-          ${JSON.stringify(attachmentMeta(m.content.attachments))}::jsonb)
-        RETURNING *${countedAt === undefined ? sql`` : sql`, (SELECT row_to_json(u) FROM quota_usage u) AS quota_usage`}`
+          SELECT ${m.id}::uuid, ${m.content.text_body}::text, ${m.content.html_body}::text,
+                 ${extractReplyText(m.content.text_body, m.content.html_body)}::text,
+                 ${JSON.stringify(m.content.headers)}::jsonb, ${JSON.stringify(m.content.attachments)}::jsonb ${from}
+        )${sql.join("", false)(m.merges.map((f, i) => sql`, ${sql.literal(`merge_${i}`)} AS (${f})`))},
+        inserted AS (
+          INSERT INTO sent_emails (id, org_id, thread_id, status, kind, source_email_id, from_header, from_address, to_addresses,
+            cc_addresses, bcc_addresses, reply_to, subject, message_id, in_reply_to, "references", send_at, due_at,
+            lease_token, lease_until, quota_at, discard_content, automated, attachments)
+          SELECT ${m.id}::uuid, ${m.orgId}::uuid, ${m.threadId}::uuid, ${m.sendAt === null ? "sending" : "scheduled"}::text, ${m.kind}::text,
+            ${m.sourceEmailId}::uuid, ${m.fromHeader}::text, ${m.fromAddress}::text,
+            ${JSON.stringify(m.to)}::jsonb, ${JSON.stringify(m.cc)}::jsonb, ${JSON.stringify(m.bcc)}::jsonb, ${m.replyTo}::text,
+            ${m.subject}::text, ${m.messageId}::text, ${m.inReplyTo}::text, ${JSON.stringify(m.references)}::jsonb,
+            ${m.sendAt}::timestamptz, ${m.dueAt}::timestamptz, ${m.lease?.token ?? null}::text, ${m.lease?.until ?? null}::timestamptz,
+            ${m.quotaAt}::timestamptz, ${m.discardContent}::boolean, ${m.automated}::boolean,
+            ${JSON.stringify(attachmentMeta(m.content.attachments))}::jsonb ${from}
+          RETURNING *)
+        ${
+        quota === undefined
+          ? sql`SELECT * FROM inserted`
+          : sql`SELECT (SELECT row_to_json(u) FROM quota_usage u) AS quota_usage, i.* FROM (SELECT 1) AS one LEFT JOIN inserted i ON true`
+      }`
+    }
 
     const recordSentEmail = (m: NewSentEmail) =>
       writeSentEmail(m, undefined).pipe(allRows(SentRow, "sent email insert"), Effect.map((rows) => rows[0]!), Effect.orDie)
 
-    /** `recordSentEmail` with the usage before it (see `writeSentEmail`); the caller holds the quota lock. */
-    const recordCounted = (m: NewSentEmail, at: Date) =>
-      writeSentEmail(m, at).pipe(
+    /**
+     * `recordSentEmail` when the organization's quota has room (see `writeSentEmail`): the row, or
+     * none when a window is full, and the usage before it either way. A caller inside a transaction
+     * (one that also merges threads) fails it on a full window, so nothing of the send stays.
+     */
+    const recordCounted = (m: NewSentEmail, quota: QuotaRoom) =>
+      writeSentEmail(m, quota).pipe(
         allRows(SentEmailInsertWithUsageRow, "sent email insert with usage"),
         Effect.map((rows) => {
-          const { quota_usage, ...row } = rows[0]!
-          return { row: row as SentRow, usage: quota_usage }
+          const r = rows[0]!
+          if (r.id === null) return { row: Option.none<SentRow>(), usage: r.quota_usage }
+          const { quota_usage, ...row } = r
+          return { row: Option.some(row as SentRow), usage: quota_usage }
         }),
         Effect.orDie
       )
@@ -333,13 +269,33 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
         Effect.orDie
       )
 
-    /** Serializes the quota decisions of one organization until the surrounding transaction ends. */
-    const lockQuota = (orgId: string) =>
-      sql`SELECT pg_advisory_xact_lock(hashtext(${`send-quota:${orgId}`}))`.pipe(Effect.asVoid, Effect.orDie)
+    /**
+     * The usage under the organization's quota lock, held until the surrounding transaction ends
+     * (`send_usage_locked`): for a caller that decides more under the same lock (the loop guard).
+     */
+    const usageLocked = (orgId: string, at: Date) =>
+      sql`SELECT * FROM send_usage_locked(${orgId}::uuid, ${at}::timestamptz)`.pipe(
+        allRows(Usage, "send usage locked"),
+        Effect.map((rows) => rows[0]!),
+        Effect.orDie
+      )
 
-    /** Counts a leased scheduled send into the quota as it is sent (fenced by the lease). */
-    const takeQuota = (id: string, token: string, at: Date) =>
-      sql`UPDATE sent_emails SET quota_at = ${at} WHERE id = ${id} AND lease_token = ${token}`.pipe(Effect.asVoid, Effect.orDie)
+    /**
+     * Counts a leased scheduled send into the quota as it is sent (fenced by the lease) when both
+     * windows have room, in one autocommit statement under the quota lock; the usage before it.
+     */
+    const takeQuota = (orgId: string, id: string, token: string, quota: QuotaRoom) =>
+      sql`
+        WITH quota_usage AS MATERIALIZED (SELECT * FROM send_usage_locked(${orgId}::uuid, ${quota.at}::timestamptz)),
+        taken AS (
+          UPDATE sent_emails SET quota_at = ${quota.at} WHERE id = ${id} AND lease_token = ${token}
+            AND EXISTS (SELECT 1 FROM quota_usage WHERE hour < ${quota.perHour}::int AND day < ${quota.perDay}::int)
+          RETURNING id)
+        SELECT u.*, (SELECT count(*) FROM taken)::int AS taken FROM quota_usage u`.pipe(
+        allRows(TakenUsage, "send quota take"),
+        Effect.map((rows) => rows[0]!),
+        Effect.orDie
+      )
 
     /** Automated sends to the thread since `since`, and when the oldest of them was made. */
     const automatedInThread = (threadId: string, since: Date) =>
@@ -382,7 +338,7 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
       cancel,
       usage,
       scheduledCount,
-      lockQuota,
+      usageLocked,
       takeQuota
     } as const
   })

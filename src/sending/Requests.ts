@@ -12,7 +12,7 @@ import type { ForwardMail, ReplyMail } from "./Api.js"
 import { SendApproval } from "./Approval.js"
 import { checkInboxSender, limitedDefaultFrom } from "./InboxSenders.js"
 import { forwardInput, replyInput } from "./Replies.js"
-import { toSentEmail } from "./Repo.js"
+import { toSentEmail } from "./SentRows.js"
 import { Sender, type SendInput } from "./Sender.js"
 
 export class SendRequests extends Effect.Service<SendRequests>()("mailroom/sending/SendRequests", {

@@ -15,7 +15,8 @@ import { runJobs } from "../platform/JobRunner.js"
 import { fixedDelays, retryAt } from "../platform/RetryPolicy.js"
 import { randomToken } from "../platform/Secrets.js"
 import { isTransient, type RelayError } from "./Relay.js"
-import { SendingRepo, type SentRow } from "./Repo.js"
+import { SendingRepo } from "./Repo.js"
+import type { SentRow } from "./SentRows.js"
 import { Sender } from "./Sender.js"
 
 export interface SendSchedulerOptions {

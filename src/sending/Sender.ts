@@ -11,7 +11,7 @@
  * advisory lock so concurrent sends (in any process) never overshoot.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect, Either, Option } from "effect"
+import { Clock, Duration, Effect, Either, identity, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import {
   CannotSendFromDomain,
@@ -24,6 +24,7 @@ import {
   ValidationError
 } from "../contract/Errors.js"
 import { OrgEvents } from "../events/OrgEvents.js"
+import { LIMITS } from "../contract/Plans.js"
 import { AppConfig } from "../platform/Config.js"
 import { randomToken } from "../platform/Secrets.js"
 import { RegistryDirectory } from "../registries/Directory.js"
@@ -33,7 +34,8 @@ import { covers, sendChecks, type SendState } from "./Checks.js"
 import { LocalDelivery } from "./LocalDelivery.js"
 import { type Automation, autoSubmittedValue, loopGuard } from "./LoopGuard.js"
 import { OutboundRelay, type RelayError } from "./Relay.js"
-import { type ContentRow, type SentRow, SendingRepo } from "./Repo.js"
+import { SendingRepo } from "./Repo.js"
+import type { ContentRow, SentRow } from "./SentRows.js"
 import { Threading, uuid7 } from "../mail/Threading.js"
 import { decide } from "../policy/Permissions.js"
 import { SendOutcomes } from "./Outcomes.js"
@@ -76,7 +78,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     // In the service's scope, so stopping the service interrupts it.
     yield* Effect.forkScoped(Effect.ignore(dkim.managedSigning))
 
-    const { checkGate, checkQuota, checkSender, checkSuppressed, defaultFrom, orgFacts, quotaOf, stateOf } = sendChecks({ sql, repo, outcomes, config })
+    const { checkGate, checkSender, checkSuppressed, defaultFrom, orgFacts, quotaOf, stateOf } = sendChecks({ sql, outcomes, config })
     const loop = loopGuard({ repo, orgEvents })
     const { relayRow } = transmitter({ repo, dkim, local, relay, verp, outcomes })
 
@@ -158,21 +160,24 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           content
         }
         // Under the organization's quota lock, so concurrent sends never overshoot the quota and
-        // concurrent automated sends never pass the loop budgets. A person's send writes its row in
-        // the statement that reads the usage (as it was before the row): a full window fails the
-        // transaction, which takes the row back.
-        const recorded = yield* Effect.gen(function*() {
-          yield* repo.lockQuota(orgId)
-          if (automation === undefined) {
-            const counted = yield* repo.recordCounted(record, at)
+        // concurrent automated sends never pass the loop budgets. A person's send is one statement:
+        // it takes the lock, reads the usage (as it was before the row) and writes the row only when
+        // both windows have room. With thread merges it runs in a transaction that a full window
+        // fails, so the merges are taken back with it.
+        const room = { at, perHour: LIMITS[facts.plan].send_per_hour, perDay: LIMITS[facts.plan].send_per_day }
+        const recorded = automation === undefined
+          ? yield* Effect.gen(function*() {
+            const counted = yield* repo.recordCounted(record, room)
             yield* quotaOf(facts, counted.usage, at)
-            return Either.right(counted.row)
-          }
-          yield* checkQuota(orgId, facts, at)
-          const refusal = yield* loop.check(orgId, thread.threadId, all, at)
-          if (Option.isSome(refusal)) return Either.left(refusal.value)
-          return Either.right(yield* repo.recordSentEmail(record))
-        }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
+            if (Option.isNone(counted.row)) return yield* Effect.die(new Error("a send the quota had room for was not recorded"))
+            return Either.right<SentRow>(counted.row.value)
+          }).pipe(record.merges.length === 0 ? identity : sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
+          : yield* Effect.gen(function*() {
+            yield* quotaOf(facts, yield* repo.usageLocked(orgId, at), at)
+            const refusal = yield* loop.check(orgId, thread.threadId, all, at)
+            if (Option.isSome(refusal)) return Either.left(refusal.value)
+            return Either.right(yield* repo.recordSentEmail(record))
+          }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
         if (Either.isLeft(recorded)) {
           return yield* loop.refuse(orgId, automation!, thread.threadId, recorded.left, {
             from: record.fromHeader,
@@ -182,7 +187,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         }
         const row = recorded.right
         if (!immediate) return row
-        const result = yield* relayRow(row, token, undefined, content)
+        const result = yield* relayRow(row, token, undefined, content, state.domains)
         return yield* Either.match(result, { onLeft: (e) => Effect.fail(e), onRight: Effect.succeed })
       }).pipe(Effect.withSpan("Sender.submit"))
 
@@ -209,11 +214,10 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
             yield* checkSender(state.senders, row.from_address, typeof from === "string" ? "" : from.name)
             yield* checkGate(state, recipients)
             yield* checkSuppressed(state, recipients)
-            yield* Effect.gen(function*() {
-              yield* repo.lockQuota(row.org_id)
-              yield* checkQuota(row.org_id, facts, at)
-              yield* repo.takeQuota(row.id, token, at)
-            }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
+            // One statement under the quota lock: counted into the quota only when there is room.
+            const limits = LIMITS[facts.plan]
+            const usage = yield* repo.takeQuota(row.org_id, row.id, token, { at, perHour: limits.send_per_hour, perDay: limits.send_per_day })
+            yield* quotaOf(facts, usage, at)
           })
         )
         if (Either.isLeft(checks)) {
@@ -226,7 +230,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
           })
           return { outcome: "refused" as const }
         }
-        return { outcome: "relayed" as const, result: yield* relayRow(row, token, retryAt) }
+        return { outcome: "relayed" as const, result: yield* relayRow(row, token, retryAt, undefined, state.domains) }
       })
 
     /**
@@ -239,7 +243,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         return typeof m === "string" ? [] : [m.address]
       }))
 
-    return { submit, submitAs, deliver, checkQuota, orgFacts, stateFor, defaultFrom } as const
+    return { submit, submitAs, deliver, orgFacts, stateFor, defaultFrom } as const
   }),
   dependencies: [SendingRepo.Default, OutboundRelay.Default, DkimKeys.Default, Verp.Default]
 }) {}

@@ -13,10 +13,11 @@ import type { DkimKeys } from "../domains/Dkim.js"
 import { parseMailbox } from "../mail/Addresses.js"
 import type { Verp } from "../mail/Verp.js"
 import { composeMessage } from "./Compose.js"
-import { type LocalDelivery, sendSplit } from "./LocalDelivery.js"
+import { type DomainsRead, type LocalDelivery, sendSplit } from "./LocalDelivery.js"
 import type { SendOutcomes } from "./Outcomes.js"
 import type { OutboundRelay, RelayError } from "./Relay.js"
-import type { ContentRow, Outcome, SendingRepo, SentRow } from "./Repo.js"
+import type { Outcome, SendingRepo } from "./Repo.js"
+import type { ContentRow, SentRow } from "./SentRows.js"
 
 /** The wire code of an error of the table. */
 export const codeOf = (e: { readonly _tag: string }): string =>
@@ -43,7 +44,9 @@ export const transmitter = (deps: {
     row: SentRow,
     token: string,
     retryAt?: (e: RelayError) => Date | undefined,
-    known?: ContentRow
+    known?: ContentRow,
+    /** The recipients' verified domains, when the caller read them with the send's state. */
+    domains?: DomainsRead
   ): Effect.Effect<Either.Either<SentRow, RelayError>> =>
     Effect.gen(function*() {
       // An immediate send has its content at hand (just recorded): no need to read it back.
@@ -80,7 +83,7 @@ export const transmitter = (deps: {
         envelope: { from: verp.returnPath(row.id), to: [...new Set(envelopeTo)] },
         from: row.from_address,
         signed: Option.isSome(signing)
-      }))
+      }, domains))
       const done = yield* now
       if (Either.isLeft(outcome) && retryAt !== undefined) {
         const again = retryAt(outcome.left)

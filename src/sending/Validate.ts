@@ -10,7 +10,7 @@ import { type Decision, setLimitHeaders } from "../platform/RateLimiter.js"
 import { parseRegistryRecipient, RegistryDirectory } from "../registries/Directory.js"
 import { type Mailbox, parseMailbox } from "../mail/Addresses.js"
 import { ATTACHMENTS_MAX_BYTES, MAX_RECIPIENTS, SCHEDULE_MAX_DAYS, SUBJECT_MAX_LENGTH } from "./Api.js"
-import type { StoredAttachment } from "./Repo.js"
+import type { StoredAttachment } from "./SentRows.js"
 
 /** What a caller asks to send, before any check. */
 export interface SendInput {

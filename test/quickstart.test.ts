@@ -23,6 +23,8 @@ layer(testService(), { timeout: 300_000, excludeTestServices: true })("quickstar
     expect(README).toContain("(docs/quickstart.md)")
   })
 
+  // The whole walkthrough (deploy a function, mail it, send, search, a wake): about 25 s on a loaded
+  // two-core machine, and over a minute while the other database's suite runs beside it.
   it.effect("the walkthrough, then the agent loop: claim, a function that replies, send, search, a wake", () =>
     Effect.gen(function*() {
       const server = yield* TestServer
@@ -58,5 +60,5 @@ layer(testService(), { timeout: 300_000, excludeTestServices: true })("quickstar
       // The wake reached the function.
       expect(result.stdout, transcript).toContain(`| woke up: hello {"say":"good morning"}`)
       expect(result.stdout, transcript).toMatch(/replied to alice@example\.com: HTTP 201/)
-    }))
+    }), 180_000)
 })

@@ -75,6 +75,17 @@ const waitFor = <A, R>(what: string, check: () => Effect.Effect<A | undefined, n
     return yield* Effect.dieMessage(`timed out waiting for ${what}`)
   })
 
+/** Mail from `from` into `to` over SMTP, so the receiving organization knows the sender. */
+const mailIn = (server: Server, from: string, to: string) =>
+  Effect.promise(async () => {
+    const t = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true })
+    try {
+      await t.sendMail({ from, to, subject: "hi", text: "hi" })
+    } finally {
+      t.close()
+    }
+  })
+
 const statusOf = (server: Server, token: string, id: string) =>
   Effect.map(api(server, "GET", `/v1/sent-emails/${id}`, token), (r) => r.body.data as { status: string; error: { code: string } | null; sent_at: string | null })
 
@@ -135,14 +146,7 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("scheduled sends", (
         const agent = yield* newOrg("agent")
         const sql = yield* SqlClient.SqlClient
         const friend = `${unique("friend")}@${yield* authenticatedDomain("friends")}`
-        yield* Effect.promise(async () => {
-          const t = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true })
-          try {
-            await t.sendMail({ from: friend, to: agent.inbox, subject: "hi", text: "hi" })
-          } finally {
-            t.close()
-          }
-        })
+        yield* mailIn(server, friend, agent.inbox)
         const s = yield* schedule(server, agent, friend, new Date(Date.now() + 1000))
         // The organization forgets the address before the send comes due.
         yield* sql`DELETE FROM known_addresses WHERE org_id = ${agent.orgId}`
@@ -157,14 +161,7 @@ layer(Env, { timeout: 180_000, excludeTestServices: true })("scheduled sends", (
         const agent = yield* newOrg("agent")
         const sql = yield* SqlClient.SqlClient
         const friend = `${unique("counted")}@${yield* authenticatedDomain("friends")}`
-        yield* Effect.promise(async () => {
-          const t = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true })
-          try {
-            await t.sendMail({ from: friend, to: agent.inbox, subject: "hi", text: "hi" })
-          } finally {
-            t.close()
-          }
-        })
+        yield* mailIn(server, friend, agent.inbox)
         const at = new Date(Date.now() + 1500)
         // Each its own subject: four identical requests would be one send (the derived idempotency key).
         const ids = yield* Effect.all(Array.from({ length: 4 }, (_, i) => Effect.map(schedule(server, agent, friend, at, { subject: `due ${i}` }), (s) => s.id)))

@@ -25,9 +25,10 @@ import {
   sendableOf,
   validSenders
 } from "../registries/Senders.js"
+import { domainOf } from "../mail/Addresses.js"
 import type { DomainsRead } from "./LocalDelivery.js"
 import type { SendOutcomes } from "./Outcomes.js"
-import type { Usage } from "./Repo.js"
+import type { QuotaRoom, Usage } from "./Repo.js"
 import { DAY_S, HOUR_S, quotaRefusal } from "./Validate.js"
 
 export const GATE_DOCS_PATH = "/docs#tag/sending"
@@ -98,7 +99,7 @@ export const sendChecks = (deps: {
   const stateOf = (orgId: string, recipients: ReadonlyArray<string>): Effect.Effect<SendState> => {
     const given = [...new Set(recipients)]
     const lower = [...new Set(given.map((a) => a.toLowerCase()))]
-    const domains = [...new Set(lower.map((a) => a.slice(a.lastIndexOf("@") + 1).trim()))]
+    const domains = [...new Set(lower.map((a) => domainOf(a.trim())))]
     return sql`
       SELECT o.plan, o.discard_content_on_webhook_confirmed AS discard, o.send_approval AS approval,
         coalesce((SELECT json_agg(g.entitlement) FROM organization_entitlements g WHERE g.org_id = o.id), '[]'::json) AS granted,
@@ -218,6 +219,13 @@ export const sendChecks = (deps: {
       })
     })
 
+  /** The plan's windows at `at`, for the statement that decides the quota (SendingRepo). */
+  const roomOf = (facts: OrgFacts, at: Date): QuotaRoom => ({
+    at,
+    perHour: LIMITS[facts.plan].send_per_hour,
+    perDay: LIMITS[facts.plan].send_per_day
+  })
+
   /** 429 when either window of `u` (the usage read under the quota lock) is full. */
   const quotaOf = (facts: OrgFacts, u: Usage, at: Date) =>
     Effect.gen(function*() {
@@ -226,5 +234,5 @@ export const sendChecks = (deps: {
       if (u.day >= limits.send_per_day) return yield* quotaRefusal(limits.send_per_day, DAY_S, u.day, u.oldest_day, at.getTime())
     })
 
-  return { stateOf, orgFacts, checkSender, defaultFrom, checkGate, checkSuppressed, quotaOf } as const
+  return { stateOf, orgFacts, checkSender, defaultFrom, checkGate, checkSuppressed, quotaOf, roomOf } as const
 }

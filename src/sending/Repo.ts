@@ -25,7 +25,6 @@ const UsageJson = Schema.Struct({
   oldest_hour: Schema.NullOr(Schema.DateFromString),
   oldest_day: Schema.NullOr(Schema.DateFromString)
 })
-const TakenUsage = Schema.Struct({ ...Usage.fields, taken: Count })
 const Recipients = SentRow.pipe(Schema.pick("to_addresses", "cc_addresses", "bcc_addresses"))
 
 /** A new sent email: everything the row and its content hold when it is created. */
@@ -287,12 +286,12 @@ export class SendingRepo extends Effect.Service<SendingRepo>()("mailroom/Sending
     const takeQuota = (orgId: string, id: string, token: string, quota: QuotaRoom) =>
       sql`
         WITH quota_usage AS MATERIALIZED (SELECT * FROM send_usage_locked(${orgId}::uuid, ${quota.at}::timestamptz)),
+        -- A data-modifying WITH runs whether or not the SELECT reads it.
         taken AS (
           UPDATE sent_emails SET quota_at = ${quota.at} WHERE id = ${id} AND lease_token = ${token}
-            AND EXISTS (SELECT 1 FROM quota_usage WHERE hour < ${quota.perHour}::int AND day < ${quota.perDay}::int)
-          RETURNING id)
-        SELECT u.*, (SELECT count(*) FROM taken)::int AS taken FROM quota_usage u`.pipe(
-        allRows(TakenUsage, "send quota take"),
+            AND EXISTS (SELECT 1 FROM quota_usage WHERE hour < ${quota.perHour}::int AND day < ${quota.perDay}::int))
+        SELECT * FROM quota_usage`.pipe(
+        allRows(Usage, "send quota take"),
         Effect.map((rows) => rows[0]!),
         Effect.orDie
       )

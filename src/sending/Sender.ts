@@ -24,7 +24,6 @@ import {
   ValidationError
 } from "../contract/Errors.js"
 import { OrgEvents } from "../events/OrgEvents.js"
-import { LIMITS } from "../contract/Plans.js"
 import { AppConfig } from "../platform/Config.js"
 import { randomToken } from "../platform/Secrets.js"
 import { RegistryDirectory } from "../registries/Directory.js"
@@ -78,7 +77,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
     // In the service's scope, so stopping the service interrupts it.
     yield* Effect.forkScoped(Effect.ignore(dkim.managedSigning))
 
-    const { checkGate, checkSender, checkSuppressed, defaultFrom, orgFacts, quotaOf, stateOf } = sendChecks({ sql, outcomes, config })
+    const { checkGate, checkSender, checkSuppressed, defaultFrom, orgFacts, quotaOf, roomOf, stateOf } = sendChecks({ sql, outcomes, config })
     const loop = loopGuard({ repo, orgEvents })
     const { relayRow } = transmitter({ repo, dkim, local, relay, verp, outcomes })
 
@@ -164,10 +163,9 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
         // it takes the lock, reads the usage (as it was before the row) and writes the row only when
         // both windows have room. With thread merges it runs in a transaction that a full window
         // fails, so the merges are taken back with it.
-        const room = { at, perHour: LIMITS[facts.plan].send_per_hour, perDay: LIMITS[facts.plan].send_per_day }
         const recorded = automation === undefined
           ? yield* Effect.gen(function*() {
-            const counted = yield* repo.recordCounted(record, room)
+            const counted = yield* repo.recordCounted(record, roomOf(facts, at))
             yield* quotaOf(facts, counted.usage, at)
             if (Option.isNone(counted.row)) return yield* Effect.die(new Error("a send the quota had room for was not recorded"))
             return Either.right<SentRow>(counted.row.value)
@@ -215,8 +213,7 @@ export class Sender extends Effect.Service<Sender>()("mailroom/Sender", {
             yield* checkGate(state, recipients)
             yield* checkSuppressed(state, recipients)
             // One statement under the quota lock: counted into the quota only when there is room.
-            const limits = LIMITS[facts.plan]
-            const usage = yield* repo.takeQuota(row.org_id, row.id, token, { at, perHour: limits.send_per_hour, perDay: limits.send_per_day })
+            const usage = yield* repo.takeQuota(row.org_id, row.id, token, roomOf(facts, at))
             yield* quotaOf(facts, usage, at)
           })
         )

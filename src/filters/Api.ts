@@ -47,7 +47,7 @@ export const CreateFilter = strict(Schema.Struct({
   type: FilterType,
   pattern: Schema.optionalWith(Schema.String, { exact: true }).annotations({
     description: "whitelist, blocklist and quarantine: alice@acme.com, @acme.com or *.acme.com; registry: a registry's name. " +
-      "Trimmed and lowercased; at most 500 characters. Required except for quarantine (absent: any sender)"
+      "Trimmed and lowercased; at most 500 characters. Required except for quarantine (absent: every sender)"
   }),
   signals: Schema.optionalWith(Schema.Array(SignalName).pipe(Schema.minItems(1), Schema.maxItems(7)), { exact: true }).annotations({
     description: "quarantine only (required there): trust signals that quarantine the mail, any of them"

@@ -13,7 +13,7 @@
  * pending. Every failure is recorded as a failed payment and emitted as `payment.failed` in the same
  * transaction; a settlement as `payment.settled`.
  *
- * Nonces: any bytes32 is accepted (x402 payers pick their own). The claim also binds the
+ * Nonces: every bytes32 value is accepted (x402 payers pick their own). The claim also binds the
  * authorization's (network, asset, payer, nonce) to the challenge, so a signed payment can never be
  * presented for another one (`nonce_mismatch`); a challenge's suggested nonce is its own from creation.
  * A payment whose process stopped mid-settlement is ended later by the reconciler (`resolveSettling`).
